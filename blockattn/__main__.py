@@ -1,0 +1,5 @@
+import sys
+
+from blockattn.cli import main
+
+sys.exit(main())

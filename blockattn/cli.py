@@ -1,0 +1,49 @@
+"""`blockattn` command line: one subcommand per module in `blockattn.commands`.
+
+Each command module defines `HELP: str`, `add_arguments(parser)` and `main(args) -> int`.
+Exit codes: 0 success, 1 numeric failure, 2 usage or configuration error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+
+from blockattn import commands as _commands
+
+
+def _command_modules() -> dict[str, object]:
+    mods = {}
+    for info in sorted(pkgutil.iter_modules(_commands.__path__), key=lambda i: i.name):
+        if info.name.startswith("_"):
+            continue
+        mods[info.name.replace("_", "-")] = importlib.import_module(
+            f"blockattn.commands.{info.name}"
+        )
+    return mods
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="blockattn", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, mod in _command_modules().items():
+        p = sub.add_parser(name, help=mod.HELP, description=mod.HELP)
+        mod.add_arguments(p)
+        p.set_defaults(_main=mod.main)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)  # argparse exits 2 on usage errors
+    try:
+        return int(args._main(args) or 0)
+    except (ValueError, TypeError, FileNotFoundError) as exc:
+        print(f"blockattn {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""CLI subcommands: each module is one `blockattn <name>` command (see blockattn.cli)."""
