@@ -1,0 +1,254 @@
+"""Run cases: build inputs, FP64 oracle, every provider, metrics; stream records to results.jsonl."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import shlex
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from blockattn.harness import metrics, providers
+from blockattn.harness.inputs import Inputs, build_inputs
+from blockattn.harness.providers import OUTPUT_KEYS, Unsupported
+from blockattn.harness.reference import oracle_outputs
+from blockattn.harness.results import ResultsWriter, load_records
+from blockattn.harness.spec import CaseSpec
+
+
+def device_info() -> dict[str, str]:
+    if torch.cuda.is_available():
+        major, minor = torch.cuda.get_device_capability()
+        return {"device": "cuda", "arch": f"sm_{major}{minor}", "gpu": torch.cuda.get_device_name()}
+    return {"device": "cpu", "arch": "cpu", "gpu": "none (cpu interpreter)"}
+
+
+def default_providers(device: str) -> tuple[str, str, list[str]]:
+    """(under_test, baseline, providers) for a device: GPU blockattn vs fa2, CPU vs eager."""
+    if device == "cuda":
+        return "blockattn", "fa2", ["blockattn", "fa2", "eager"]
+    return "blockattn", "eager", ["blockattn", "eager"]
+
+
+def git_commit() -> str:
+    try:
+        return subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=Path(__file__).resolve().parent,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def _snapshot(inp: Inputs) -> dict[str, torch.Tensor]:
+    names = ("q", "k", "v", "grad_out", "offsets", "sinu_pos", "x", "w", "bias")
+    return {n: getattr(inp, n).clone() for n in names if getattr(inp, n) is not None}
+
+
+def _run_provider(
+    prov: providers.Provider, inp: Inputs, variant: str, ref: dict[str, torch.Tensor], dtype: str
+) -> dict[str, Any]:
+    before = _snapshot(inp)
+    t0 = time.perf_counter()
+    try:
+        out = prov.run(inp, variant)
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+    except Unsupported as exc:
+        return {"status": "unsupported", "reason": str(exc), "time_s": time.perf_counter() - t0}
+    except Exception as exc:  # a crashing provider is a result, not a harness crash
+        tb = traceback.format_exc(limit=4)
+        return {
+            "status": "error",
+            "reason": f"{type(exc).__name__}: {exc}",
+            "traceback": tb,
+            "time_s": time.perf_counter() - t0,
+        }
+    elapsed = time.perf_counter() - t0
+    for n, t in before.items():
+        if not torch.equal(getattr(inp, n), t):
+            # Restore so later providers see the real inputs, then report the mutation.
+            getattr(inp, n).copy_(t)
+            return {
+                "status": "error",
+                "reason": f"provider modified its input {n!r} in place",
+                "time_s": elapsed,
+            }
+    missing = [k for k in OUTPUT_KEYS[variant] if k not in out]
+    if missing:
+        return {"status": "error", "reason": f"missing outputs {missing}", "time_s": elapsed}
+    tensors = {}
+    try:
+        for key in OUTPUT_KEYS[variant]:
+            tensors[key] = metrics.tensor_metrics(out[key], ref[key], dtype)
+    except ValueError as exc:
+        return {"status": "error", "reason": str(exc), "time_s": elapsed}
+    return {"status": "ok", "reason": None, "time_s": elapsed, "tensors": tensors}
+
+
+def evaluate_case(
+    spec: CaseSpec,
+    provider_names: list[str],
+    under_test: str,
+    baseline: str,
+    device: str | None = None,
+) -> dict[str, Any]:
+    info = device_info()
+    dev = device or info["device"]
+    rec: dict[str, Any] = {
+        "case_id": spec.case_id,
+        "spec": spec.to_dict(),
+        "device": dev,
+        "arch": info["arch"],
+        "under_test": under_test,
+        "baseline": baseline,
+        "providers": {},
+        "oracle_error": None,
+    }
+    t0 = time.perf_counter()
+    inp = build_inputs(spec, dev)
+    lens = (inp.offsets[1:] - inp.offsets[:-1]).tolist() if inp.offsets.numel() > 1 else []
+    rec["T"] = inp.T
+    rec["max_seq_len"] = int(max(lens, default=0))
+    rec["n_seqs"] = len(lens)
+    rec["realized_sparsity"] = (
+        1.0 - inp.T / (len(lens) * max(1, spec.max_len)) if spec.lengths is None and lens else None
+    )
+    try:
+        ref = {k: v.detach().cpu() for k, v in oracle_outputs(inp).items()}
+    except Exception as exc:
+        rec["oracle_error"] = f"{type(exc).__name__}: {exc}"
+        rec["wall_s"] = time.perf_counter() - t0
+        return rec
+    rec["oracle_s"] = time.perf_counter() - t0
+    for name in provider_names:
+        prov = providers.get(name)
+        rec["providers"][name] = _run_provider(prov, inp, spec.variant, ref, spec.dtype)
+    ut, bl = rec["providers"].get(under_test), rec["providers"].get(baseline)
+    if ut and bl and ut["status"] == "ok" and bl["status"] == "ok":
+        rec["vs_baseline"] = {
+            k: metrics.ratio(m["max_abs"], bl["tensors"][k]["max_abs"], m["floor_eff"])
+            for k, m in ut["tensors"].items()
+        }
+    rec["wall_s"] = time.perf_counter() - t0
+    rec["finished_at"] = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+    return rec
+
+
+def write_reproducer(
+    out_dir: Path, rec: dict[str, Any], failures: list[str], tol_path: str | None
+) -> str:
+    """Write repro/<case_id>.json (spec + providers + why) and return the replay command."""
+    rdir = out_dir / "repro"
+    rdir.mkdir(parents=True, exist_ok=True)
+    path = rdir / f"{rec['case_id']}.json"
+    payload = {
+        "case_id": rec["case_id"],
+        "spec": rec["spec"],
+        "under_test": rec["under_test"],
+        "baseline": rec["baseline"],
+        "providers": list(rec["providers"]),
+        "tolerances": tol_path,
+        "failures": failures,
+        "device": rec["device"],
+    }
+    path.write_text(json.dumps(payload, indent=2) + "\n")
+    cmd = f"blockattn replay {shlex.quote(str(path))}"
+    if tol_path:
+        cmd += f" --tolerances {shlex.quote(str(tol_path))}"
+    return cmd
+
+
+class Progress:
+    """Minimal stderr progress bar (no tqdm dependency); one line per case when not a TTY."""
+
+    def __init__(self, total: int, enabled: bool = True) -> None:
+        self.total, self.done, self.enabled = total, 0, enabled
+        self.t0 = time.perf_counter()
+        self.tty = sys.stderr.isatty()
+
+    def step(self, label: str, status: str) -> None:
+        self.done += 1
+        if not self.enabled:
+            return
+        el = time.perf_counter() - self.t0
+        eta = el / self.done * (self.total - self.done)
+        w = 24
+        fill = int(w * self.done / max(1, self.total))
+        line = (
+            f"[{'#' * fill}{'.' * (w - fill)}] {self.done}/{self.total} "
+            f"{el:5.0f}s eta {eta:4.0f}s  {status:<5} {label}"
+        )
+        if self.tty:
+            sys.stderr.write("\r" + line[:150].ljust(150))
+            if self.done == self.total:
+                sys.stderr.write("\n")
+        else:
+            sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+
+
+def run_cases(
+    specs: Iterable[CaseSpec],
+    out_dir: str | Path,
+    *,
+    provider_names: list[str],
+    under_test: str,
+    baseline: str,
+    resume: bool = False,
+    tol=None,  # Tolerances | None
+    progress: bool = True,
+    on_record: Callable[[dict[str, Any], Any], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Run every spec not already finished (with --resume) and stream records as they finish.
+
+    Returns all records of the directory (old + new). If `tol` is given each new record gets a
+    verdict; failures get a reproducer and a printed replay command.
+    """
+    from blockattn.harness import verdict as _verdict
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    specs = list(specs)
+    done: set[str] = set()
+    if resume and (out / "results.jsonl").exists():
+        done = {r["case_id"] for r in load_records(out)}
+    elif not resume and (out / "results.jsonl").exists():
+        raise ValueError(f"{out}/results.jsonl exists; pass --resume or a fresh --out")
+    todo = [s for s in specs if s.case_id not in done]
+    bar = Progress(len(todo), progress)
+    with ResultsWriter(out) as w:
+        for spec in todo:
+            rec = evaluate_case(spec, provider_names, under_test, baseline)
+            status = "done"
+            if tol is not None:
+                v = _verdict.evaluate(rec, tol, under_test)
+                rec["verdict"] = {
+                    "passed": v.passed,
+                    "skipped": v.skipped,
+                    "failures": v.failures,
+                    "warnings": v.warnings,
+                    "tolerances": f"v{tol.version}",
+                }
+                status = "skip" if v.skipped and v.passed else ("pass" if v.passed else "FAIL")
+                if not v.passed:
+                    cmd = write_reproducer(out, rec, v.failures, str(tol.path))
+                    rec["verdict"]["replay"] = cmd
+            w.write(rec)
+            if on_record:
+                on_record(rec, tol)
+            bar.step(f"{spec.case_id} {spec.short()}", status)
+            if tol is not None and not rec["verdict"]["passed"]:
+                print(f"FAIL {spec.case_id}: {rec['verdict']['failures'][0]}", file=sys.stderr)
+                print(f"  replay: {rec['verdict']['replay']}", file=sys.stderr)
+    return load_records(out)

@@ -1,0 +1,104 @@
+"""CaseSpec: the JSON-able description of one verification case (enough to rebuild it bit-exactly)."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+VARIANTS: tuple[str, ...] = ("plain", "rotary", "projection")
+DTYPES: dict[str, torch.dtype] = {
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+    "float32": torch.float32,
+}
+BLOCK_SIZE = 64
+# Projection cases: x is (T, PROJ_IN) - fixed so one seed rebuilds the same x, w, bias.
+PROJ_IN = 64
+
+
+@dataclass(frozen=True)
+class CaseSpec:
+    seed: int = 0
+    variant: str = "plain"
+    B: int = 4
+    max_len: int = 256
+    sparsity: float = 0.5
+    lengths: tuple[int, ...] | None = None  # explicit lengths override B/max_len/sparsity
+    H: int = 2
+    D: int = 64
+    dtype: str = "bfloat16"
+    distribution: str = "normal"
+    scale: float | None = None  # None -> 1/sqrt(D)
+    rotate_v: bool = True
+    kvheads: int | None = None  # projection only; None -> H (no GQA)
+    source: str = field(default="adhoc", compare=False)  # "corpus" | "fuzz" | "adhoc"
+    name: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        if self.variant not in VARIANTS:
+            raise ValueError(f"variant must be one of {VARIANTS}, got {self.variant!r}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {tuple(DTYPES)}, got {self.dtype!r}")
+        if not 0.0 <= self.sparsity <= 1.0:
+            raise ValueError(f"sparsity must be in [0, 1], got {self.sparsity}")
+        if self.lengths is not None:
+            object.__setattr__(self, "lengths", tuple(int(n) for n in self.lengths))
+            if any(n < 0 for n in self.lengths):
+                raise ValueError("lengths must be >= 0")
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return DTYPES[self.dtype]
+
+    @property
+    def effective_scale(self) -> float:
+        return self.scale if self.scale is not None else self.D**-0.5
+
+    def identity(self) -> dict[str, Any]:
+        """Fields that determine the numbers (name/source excluded)."""
+        d = dataclasses.asdict(self)
+        d.pop("source")
+        d.pop("name")
+        if d["lengths"] is not None:
+            d["lengths"] = list(d["lengths"])
+        return d
+
+    @property
+    def case_id(self) -> str:
+        """Stable id: hash of the identity fields, so resume and baseline diffs match by value."""
+        blob = json.dumps(self.identity(), sort_keys=True).encode()
+        return f"{self.variant[:4]}-{self.dtype[:4]}-{hashlib.sha256(blob).hexdigest()[:10]}"
+
+    def to_dict(self) -> dict[str, Any]:
+        d = self.identity()
+        d["source"] = self.source
+        d["name"] = self.name
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> CaseSpec:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(d) - known - {"case_id"}
+        if unknown:
+            raise ValueError(f"unknown case fields: {sorted(unknown)}")
+        kw = {k: v for k, v in d.items() if k in known}
+        if kw.get("lengths") is not None:
+            kw["lengths"] = tuple(kw["lengths"])
+        return cls(**kw)
+
+    def short(self) -> str:
+        shape = (
+            f"lengths={list(self.lengths)}"
+            if self.lengths is not None
+            else (f"B={self.B} max_len={self.max_len} sparsity={self.sparsity:g}")
+        )
+        extra = "" if self.scale is None else f" scale={self.scale:g}"
+        return (
+            f"{self.variant} {self.dtype} {shape} H={self.H} D={self.D} "
+            f"dist={self.distribution} seed={self.seed}{extra}"
+        )
