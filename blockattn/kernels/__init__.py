@@ -1,0 +1,1 @@
+"""Triton kernels (attention) and the tile table they iterate over."""

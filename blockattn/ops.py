@@ -1,0 +1,221 @@
+"""Public API: torch.library custom ops with fake impls and registered autograd.
+
+`block_attention` and `projection_rotary_attention` validate their inputs, then call the custom
+ops `blockattn::attention_fwd` / `blockattn::attention_bwd`, which launch the Triton kernels of
+`blockattn.kernels.attention`. The ops are opaque to torch.compile (no graph break).
+
+Host syncs: the only one is the value check of `offsets` (offsets[0] == 0, non-decreasing,
+offsets[-1] == T), which reads a CUDA tensor back. It is skipped when `max_seq_len` is given or
+while torch.compile traces; the tile table itself is built on device with no sync.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from blockattn.kernels.attention import INTERPRET, attention_bwd, attention_fwd
+from blockattn.kernels.tiles import build_tile_table
+from blockattn.validation import check_attention_inputs
+
+
+def _last_dim_contiguous(t: Tensor) -> Tensor:
+    # The kernels take any token/head strides but need unit stride along D for wide loads.
+    return t if t.stride(-1) == 1 else t.contiguous()
+
+
+def _check_backend(t: Tensor) -> None:
+    if t.device.type == "cpu" and not INTERPRET:
+        raise RuntimeError(
+            "blockattn kernels on CPU tensors need the Triton interpreter: set "
+            "TRITON_INTERPRET=1 before importing blockattn (or move the tensors to CUDA)"
+        )
+
+
+@torch.library.custom_op("blockattn::attention_fwd", mutates_args=())
+def _attention_fwd_op(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    offsets: Tensor,
+    sinu_pos: Tensor | None,
+    block_size: int,
+    scale: float,
+    rotate_v: bool,
+    max_seq_len: int | None,
+) -> Tensor:
+    _check_backend(q)
+    q, k, v = (_last_dim_contiguous(t) for t in (q, k, v))
+    sinu = None if sinu_pos is None else _last_dim_contiguous(sinu_pos)
+    table = build_tile_table(offsets, q.shape[0], block_size, max_seq_len)
+    return attention_fwd(q, k, v, table, sinu, scale, block_size, rotate_v)
+
+
+@_attention_fwd_op.register_fake
+def _(q, k, v, offsets, sinu_pos, block_size, scale, rotate_v, max_seq_len):
+    return q.new_empty(q.shape)
+
+
+@torch.library.custom_op("blockattn::attention_bwd", mutates_args=())
+def _attention_bwd_op(
+    grad_out: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    offsets: Tensor,
+    sinu_pos: Tensor | None,
+    block_size: int,
+    scale: float,
+    rotate_v: bool,
+    max_seq_len: int | None,
+) -> tuple[Tensor, Tensor, Tensor]:
+    _check_backend(q)
+    q, k, v, grad_out = (_last_dim_contiguous(t) for t in (q, k, v, grad_out))
+    sinu = None if sinu_pos is None else _last_dim_contiguous(sinu_pos)
+    table = build_tile_table(offsets, q.shape[0], block_size, max_seq_len)
+    return attention_bwd(q, k, v, grad_out, table, sinu, scale, block_size, rotate_v)
+
+
+@_attention_bwd_op.register_fake
+def _(grad_out, q, k, v, offsets, sinu_pos, block_size, scale, rotate_v, max_seq_len):
+    return q.new_empty(q.shape), q.new_empty(q.shape), q.new_empty(q.shape)
+
+
+def _setup_context(ctx, inputs, output) -> None:
+    q, k, v, offsets, sinu_pos, block_size, scale, rotate_v, max_seq_len = inputs
+    # Saved: the un-rotated inputs and sinu_pos only (no O, no logsumexp, no rotated copies).
+    ctx.save_for_backward(q, k, v, offsets, sinu_pos)
+    ctx.args = (block_size, scale, rotate_v, max_seq_len)
+
+
+def _backward(ctx, grad_out):
+    q, k, v, offsets, sinu_pos = ctx.saved_tensors
+    dq, dk, dv = _attention_bwd_op(grad_out, q, k, v, offsets, sinu_pos, *ctx.args)
+    return dq, dk, dv, None, None, None, None, None, None
+
+
+_attention_fwd_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+def block_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    offsets: Tensor | None,
+    *,
+    block_size: int = 64,
+    scale: float | None = None,
+    sinu_pos: Tensor | None = None,
+    rotate_v: bool = True,
+    max_seq_len: int | None = None,
+) -> Tensor:
+    """Jagged block-diagonal attention: each token attends to the valid tokens of its own block.
+
+    q, k, v: (T, H, D) jagged, or torch.nested jagged tensors (B, j, H, D) with offsets=None.
+    offsets: (B+1,) int32/int64, offsets[0] = 0, non-decreasing, offsets[-1] = T.
+    Blocks of `block_size` tokens are cut from each sequence's start; the last may be partial.
+    sinu_pos: optional (T, D) rotary table [sin | cos] (interleaved pairs), fused into the kernel
+    and applied to q, k and, if `rotate_v`, v; gradients are w.r.t. the un-rotated inputs.
+    No gradient flows to sinu_pos. `max_seq_len` (optional) makes the call free of host syncs.
+    Returns (T, H, D) in q's dtype (a nested tensor if q was nested).
+    """
+    nested = isinstance(q, Tensor) and q.is_nested
+    if nested:
+        if not (isinstance(k, Tensor) and k.is_nested and isinstance(v, Tensor) and v.is_nested):
+            raise TypeError("k and v must be nested tensors when q is nested")
+        if q.layout != torch.jagged:
+            raise TypeError("nested q must use layout=torch.jagged")
+        nt_offsets = q.offsets()
+        if offsets is not None and not torch.equal(offsets.to(nt_offsets), nt_offsets):
+            raise ValueError("offsets disagree with the nested tensor q's own offsets")
+        offsets = nt_offsets
+        q, k, v = q.values(), k.values(), v.values()
+    elif offsets is None:
+        raise TypeError("offsets is required unless q, k, v are torch.nested jagged tensors")
+    compiling = torch.compiler.is_compiling()
+    check_attention_inputs(
+        q,
+        k,
+        v,
+        offsets,
+        block_size=block_size,
+        scale=scale,
+        sinu_pos=sinu_pos,
+        max_seq_len=max_seq_len,
+        check_offset_values=not compiling and (max_seq_len is None or offsets.device.type == "cpu"),
+    )
+    if sinu_pos is not None and sinu_pos.requires_grad:
+        raise ValueError("sinu_pos.requires_grad=True is not supported: no gradient flows to it")
+    sm_scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    out = _attention_fwd_op(
+        q, k, v, offsets, sinu_pos, block_size, sm_scale, bool(rotate_v), max_seq_len
+    )
+    if nested:
+        return torch.nested.nested_tensor_from_jagged(out, offsets)
+    return out
+
+
+def projection_rotary_attention(
+    x: Tensor,
+    w: Tensor,
+    sinu_pos: Tensor,
+    offsets: Tensor,
+    *,
+    qheads: int,
+    kvheads: int | None = None,
+    bias: Tensor | None = None,
+    block_size: int = 64,
+    scale: float | None = None,
+    rotate_v: bool = True,
+    max_seq_len: int | None = None,
+) -> Tensor:
+    """x @ w (+ bias) split into q | k | v (qheads, kvheads, kvheads heads), fused rotary attention.
+
+    x: (T, d_in); w: (d_in, (qheads + 2 * kvheads) * D); bias: ((qheads + 2 * kvheads) * D,).
+    q, k, v are strided views of the projection (no copies); the kernels read them in place.
+    GQA (kvheads != qheads) is not supported by these kernels and is rejected.
+    Returns (T, qheads, D), differentiable w.r.t. x, w and bias.
+    """
+    if isinstance(qheads, bool) or not isinstance(qheads, int) or qheads < 1:
+        raise ValueError(f"qheads must be a positive int, got {qheads!r}")
+    kvheads = qheads if kvheads is None else kvheads
+    if kvheads != qheads:
+        raise ValueError(
+            f"kvheads={kvheads} != qheads={qheads}: GQA is not supported by blockattn kernels"
+        )
+    for name, t in (("x", x), ("w", w)):
+        if not isinstance(t, Tensor) or t.dim() != 2:
+            raise ValueError(f"{name} must be a 2-D tensor")
+    if w.shape[0] != x.shape[1]:
+        raise ValueError(f"w.shape[0]={w.shape[0]} must equal x.shape[1]={x.shape[1]}")
+    n_heads = qheads + 2 * kvheads
+    if w.shape[1] % n_heads:
+        raise ValueError(
+            f"w.shape[1]={w.shape[1]} must be divisible by qheads + 2*kvheads={n_heads}"
+        )
+    if w.dtype != x.dtype or w.device != x.device:
+        raise TypeError(f"w ({w.dtype}, {w.device}) must match x ({x.dtype}, {x.device})")
+    D = w.shape[1] // n_heads
+    if bias is not None:
+        if bias.shape != (w.shape[1],):
+            raise ValueError(f"bias.shape must be ({w.shape[1]},), got {tuple(bias.shape)}")
+        if bias.dtype != x.dtype or bias.device != x.device:
+            raise TypeError(f"bias ({bias.dtype}, {bias.device}) must match x")
+    proj = x @ w if bias is None else torch.addmm(bias, x, w)
+    T = x.shape[0]
+    q = proj[:, : qheads * D].view(T, qheads, D)
+    k = proj[:, qheads * D : (qheads + kvheads) * D].view(T, kvheads, D)
+    v = proj[:, (qheads + kvheads) * D :].view(T, kvheads, D)
+    return block_attention(
+        q,
+        k,
+        v,
+        offsets,
+        block_size=block_size,
+        scale=scale,
+        sinu_pos=sinu_pos,
+        rotate_v=rotate_v,
+        max_seq_len=max_seq_len,
+    )
