@@ -13,7 +13,7 @@ import sys
 
 
 def _visible_gpu_ids() -> list[str]:
-    """GPU ids this process may use, without initialising CUDA (so CUDA_VISIBLE_DEVICES can change)."""
+    """GPU ids this process may use, read without initialising CUDA (so they can be re-mapped)."""
     env = os.environ.get("CUDA_VISIBLE_DEVICES")
     if env is not None:
         return [d.strip() for d in env.split(",") if d.strip() and d.strip() != "-1"]

@@ -1,4 +1,4 @@
-"""Run cases: build inputs, FP64 oracle, every provider, metrics; stream records to results.jsonl."""
+"""Run cases: inputs, FP64 oracle, every provider, metrics; stream records to results.jsonl."""
 
 from __future__ import annotations
 

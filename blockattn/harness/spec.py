@@ -1,4 +1,4 @@
-"""CaseSpec: the JSON-able description of one verification case (enough to rebuild it bit-exactly)."""
+"""CaseSpec: the JSON-able description of one case (enough to rebuild it bit-exactly)."""
 
 from __future__ import annotations
 

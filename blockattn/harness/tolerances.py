@@ -1,4 +1,4 @@
-"""Tolerance files (tolerances/vN.toml): schema validation, lookup, and the manifest of released files.
+"""Tolerance files (tolerances/vN.toml): schema validation, lookup, manifest of released files.
 
 Layout (see tolerances/SCHEMA.md for the prose version):
 

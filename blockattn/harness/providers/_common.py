@@ -6,6 +6,8 @@ Deliberately independent of `oracles` and of the Triton kernels: a baseline must
 
 from __future__ import annotations
 
+import itertools
+
 import torch
 
 BLOCK = 64
@@ -41,10 +43,10 @@ def block_layout(offsets: torch.Tensor, T: int, block: int = BLOCK) -> tuple[tor
 
 
 def block_cu_seqlens(offsets: torch.Tensor, block: int = BLOCK) -> torch.Tensor:
-    """cu_seqlens cut at every `block` tokens of every sequence (empty sequences contribute none)."""
+    """cu_seqlens cut every `block` tokens of every sequence (empty sequences add no cut)."""
     off = offsets.to(torch.int64).cpu().tolist()
     cuts = [0]
-    for start, end in zip(off[:-1], off[1:], strict=True):
+    for start, end in itertools.pairwise(off):
         cuts.extend(range(start + block, end, block))
         if end > start:
             cuts.append(end)
@@ -110,7 +112,7 @@ def run_autograd(
     variant: str,
     attention,  # (q, k, v, offsets, scale) -> o
 ) -> dict[str, torch.Tensor]:
-    """Drive `attention` through the three variants with rotary/projection done in the input dtype."""
+    """Drive `attention` through the three variants; rotary/projection in the input dtype."""
     spec = inputs.spec
     scale = spec.effective_scale
     if variant == "projection":

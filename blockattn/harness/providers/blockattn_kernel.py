@@ -16,6 +16,8 @@ def run(inputs, variant: str) -> dict[str, torch.Tensor]:
     spec = inputs.spec
     if spec.D not in (64, 128):
         raise Unsupported(f"blockattn supports D in {{64, 128}}, got D={spec.D}")
+    if variant == "projection" and inputs.kvheads != inputs.qheads:
+        raise Unsupported(f"blockattn has no GQA (kvheads={inputs.kvheads} != {inputs.qheads})")
     if variant == "projection":
         x = inputs.x.detach().clone().requires_grad_(True)
         w = inputs.w.detach().clone().requires_grad_(True)

@@ -1,0 +1,125 @@
+"""`blockattn gate`: CI decision - corpus results vs a tolerance file (and an earlier report)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+HELP = (
+    "gate kernel numerics against tolerances/vN.toml (exit 0 pass, 1 numeric failure or "
+    "regression, 2 usage/config error); prints a Markdown summary for CI comments"
+)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--tolerances", type=Path, required=True, help="tolerances/vN.toml")
+    p.add_argument(
+        "--baseline", type=Path, help="earlier report.json (or report dir) to check for regressions"
+    )
+    p.add_argument(
+        "--report",
+        type=Path,
+        help="gate an existing run report directory instead of running the corpus",
+    )
+    p.add_argument("--out", type=Path, help="where to run the corpus (default reports/gate-*)")
+    p.add_argument("--under-test", default=None, help="provider judged (default from the file)")
+    p.add_argument("--providers", help="comma list of providers to run (default per device)")
+    p.add_argument("--max-cases", type=int, help="only the first N corpus cases")
+    p.add_argument("--no-progress", action="store_true")
+
+
+def main(args: argparse.Namespace) -> int:
+    from blockattn.harness import session, tolerances, verdict
+    from blockattn.harness.summarize import markdown_tables, verdict_markdown
+
+    tol = tolerances.load(args.tolerances)  # ToleranceError is a ValueError -> exit 2
+    problems = tolerances.check_manifest(args.tolerances.parent)
+    if problems:
+        raise ValueError("; ".join(problems))
+    ut = args.under_test or tol.under_test
+    baseline_cases = None
+    if args.baseline is not None:
+        baseline_cases = {r["case_id"]: r for r in session.load_report_cases(args.baseline)}
+    if args.report is not None:
+        records = session.load_report_cases(args.report)
+        out = args.report
+        if not records:
+            raise ValueError(f"{args.report}: no results to gate")
+    else:
+        from blockattn.commands.run import resolve_plan
+        from blockattn.harness.runner import run_cases
+
+        device = session.setup_device()
+        ns = argparse.Namespace(
+            under_test=ut,
+            baseline=None,
+            providers=args.providers,
+            profile=None,
+            corpus_only=True,
+            fuzz=0,
+            seed=0,
+            max_cases=args.max_cases,
+        )
+        ut, bl, provs, _profile, specs = resolve_plan(ns, device)
+        out = args.out or session.default_out("gate")
+        records = run_cases(
+            specs,
+            out,
+            provider_names=provs,
+            under_test=ut,
+            baseline=bl,
+            tol=tol,
+            progress=not args.no_progress,
+        )
+    verdicts = [verdict.evaluate(r, tol, ut) for r in records]
+    regress: list[tuple[str, str]] = []
+    missing_in_baseline = 0
+    if baseline_cases is not None:
+        for r in records:
+            old = baseline_cases.get(r["case_id"])
+            if old is None:
+                missing_in_baseline += 1
+                continue
+            regress += [(r["case_id"], msg) for msg in verdict.regressions(r, old, tol, ut)]
+    failed = any(not v.passed for v in verdicts) or bool(regress)
+    bases = {r.get("baseline") for r in records}
+    lines = [
+        f"## blockattn gate: {'❌ FAIL' if failed else '✅ PASS'}",
+        "",
+        f"Tolerances `{args.tolerances}` (v{tol.version}, {tol.data['status']}, sha256 "
+        f"{tol.sha256[:12]}, calibrated on {tol.data['provenance']['device']}: "
+        f"{tol.data['provenance']['gpu']}) · under test `{ut}` · report `{out}`",
+    ]
+    if tol.data["status"] != "released":
+        lines.append("\n> ⚠️ tolerance file is not released (status = proposed)")
+    if bases - {tol.baseline}:
+        lines.append(
+            f"\n> ⚠️ run baseline {sorted(b for b in bases if b)} differs from the "
+            f"calibrated baseline `{tol.baseline}`: max_ratio_to_baseline not gated"
+        )
+    lines += ["", verdict_markdown(verdicts, records)]
+    if baseline_cases is not None:
+        lines += [
+            "",
+            f"### Regressions vs `{args.baseline}`: {len(regress)}"
+            + (
+                f" ({missing_in_baseline} cases not in the baseline)" if missing_in_baseline else ""
+            ),
+        ]
+        lines += [f"- `{cid}`: {msg}" for cid, msg in regress[:30]]
+    lines += [
+        "",
+        "<details><summary>Error table</summary>",
+        "",
+        markdown_tables(records),
+        "",
+        "</details>",
+    ]
+    md = "\n".join(lines) + "\n"
+    try:
+        Path(out, "gate.md").write_text(md)
+    except OSError as exc:
+        print(f"note: could not write {out}/gate.md: {exc}", file=sys.stderr)
+    print(md)
+    return 1 if failed else 0

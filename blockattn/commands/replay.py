@@ -1,0 +1,64 @@
+"""`blockattn replay`: re-run one case from a reproducer JSON (or inline JSON) and print metrics."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+HELP = "re-run one failing case from its reproducer (repro/<case_id>.json) and show its metrics"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("repro", help="reproducer JSON file, or an inline JSON case spec")
+    p.add_argument("--tolerances", type=Path, help="judge with this tolerance file")
+    p.add_argument("--providers", help="comma list (default: those of the reproducer)")
+    p.add_argument("--json", action="store_true", help="print the full record as JSON")
+
+
+def main(args: argparse.Namespace) -> int:
+    from blockattn.harness import session, tolerances, verdict
+    from blockattn.harness.runner import default_providers, evaluate_case
+    from blockattn.harness.spec import CaseSpec
+
+    src = Path(args.repro)
+    if src.is_file():
+        payload = json.loads(src.read_text())
+    elif args.repro.lstrip().startswith("{"):
+        payload = json.loads(args.repro)
+    else:
+        raise FileNotFoundError(f"no reproducer at {args.repro}")
+    spec_d = payload.get("spec", payload)
+    spec = CaseSpec.from_dict(spec_d)
+    device = session.setup_device()
+    ut0, bl0, provs0 = default_providers(device)
+    ut = payload.get("under_test", ut0)
+    bl = bl0 if payload.get("device") != device else payload.get("baseline", bl0)
+    provs = [s for s in (args.providers or "").split(",") if s] or list(
+        dict.fromkeys([ut, bl, *provs0])
+    )
+    rec = evaluate_case(spec, provs, ut, bl)
+    tol_path = args.tolerances or payload.get("tolerances")
+    print(f"case {rec['case_id']}: {spec.short()}  (T={rec['T']}, device {rec['device']})")
+    if rec["oracle_error"]:
+        print(f"oracle error: {rec['oracle_error']}")
+    for name, p in rec["providers"].items():
+        if p["status"] != "ok":
+            print(f"  {name}: {p['status']}: {p.get('reason')}")
+            continue
+        for t, m in p["tensors"].items():
+            w = m.get("worst") or {}
+            print(
+                f"  {name:>10} {t:>5}: max_abs {m['max_abs']} err/floor {m['ratio_to_floor']}"
+                f" snr {m['snr_db']} dB nonfinite {m['nonfinite_bad']} worst {w}"
+            )
+    if args.json:
+        print(json.dumps(rec, indent=1))
+    if tol_path:
+        v = verdict.evaluate(rec, tolerances.load(tol_path), ut)
+        print("PASS" if v.passed else "FAIL")
+        for f in v.failures:
+            print(f"  - {f}")
+        return 0 if v.passed else 1
+    bad = any(p["status"] == "error" for p in rec["providers"].values()) or rec["oracle_error"]
+    return 1 if bad else 0

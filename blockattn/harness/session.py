@@ -1,0 +1,93 @@
+"""Shared plumbing of the commands: device set-up, output dirs, report.json/summary.md writing."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from blockattn.harness import env
+
+
+def setup_device() -> str:
+    """Configure env (xdist GPU pin, TRITON_INTERPRET on CPU); re-exec if it is too late.
+
+    `blockattn/__init__` imports the kernels, so when the CLI starts without TRITON_INTERPRET on a
+    CPU-only machine the kernels are already compiled for a GPU. Restarting the process with the
+    variable set is the only correct fix from here (only when running as the CLI, never in-process
+    under pytest, where tests/conftest.py sets it first).
+    """
+    device = env.configure()
+    if device == "cpu" and env.kernels_already_imported():
+        from blockattn.kernels import attention
+
+        if not getattr(attention, "INTERPRET", True):
+            if os.environ.get("BLOCKATTN_REEXEC") != "1" and "pytest" not in sys.modules:
+                os.environ["TRITON_INTERPRET"] = "1"
+                os.environ["BLOCKATTN_REEXEC"] = "1"
+                sys.stdout.flush()
+                os.execv(sys.executable, [sys.executable, "-m", "blockattn", *sys.argv[1:]])
+            raise ValueError(
+                "no CUDA device and the kernels were imported without "
+                "TRITON_INTERPRET=1; set it before importing blockattn"
+            )
+    return device
+
+
+def timestamp() -> str:
+    return _dt.datetime.now(_dt.UTC).strftime("%Y%m%d-%H%M%S")
+
+
+def default_out(kind: str) -> Path:
+    return Path("reports") / f"{kind}-{timestamp()}"
+
+
+def write_report_json(
+    out: Path,
+    records: list[dict[str, Any]],
+    meta: dict[str, Any],
+    extra: dict[str, Any] | None = None,
+) -> Path:
+    from blockattn.harness.summarize import status_counts, tensor_table
+
+    payload = {
+        "meta": meta,
+        "status_counts": status_counts(records),
+        "table": tensor_table(records),
+        **(extra or {}),
+        "cases": records,
+    }
+    p = out / "report.json"
+    tmp = p.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(payload, indent=1, allow_nan=False, default=_json_default))
+    tmp.replace(p)  # atomic: a reader never sees half a report
+    return p
+
+
+def _json_default(x: Any) -> Any:
+    if isinstance(x, float):
+        return None
+    raise TypeError(f"not JSON serialisable: {type(x).__name__}")
+
+
+def load_report_cases(path: str | Path) -> list[dict[str, Any]]:
+    """Cases of a report.json, or of a report directory (report.json or results.jsonl)."""
+    from blockattn.harness.results import load_records
+
+    p = Path(path)
+    if p.is_dir():
+        if (p / "report.json").exists():
+            p = p / "report.json"
+        else:
+            return load_records(p)
+    if not p.exists():
+        raise FileNotFoundError(f"no report at {p}")
+    if p.suffix == ".jsonl":
+        return load_records(p)
+    try:
+        return json.loads(p.read_text())["cases"]
+    except (json.JSONDecodeError, KeyError) as exc:
+        raise ValueError(f"{p}: not a blockattn report.json ({exc})") from exc
