@@ -24,8 +24,9 @@ def check_float_tensor(x: object, name: str, ndim: int | tuple[int, ...]) -> Ten
     return x
 
 
-def check_same_device(**tensors: Tensor | None) -> torch.device:
-    present = {k: t for k, t in tensors.items() if t is not None}
+def check_same_device(**tensors: object) -> torch.device:
+    # Non-tensors are skipped here; their own checks raise a TypeError naming them.
+    present = {k: t for k, t in tensors.items() if isinstance(t, Tensor)}
     devices = {k: t.device for k, t in present.items()}
     first_name, first = next(iter(devices.items()))
     for name, dev in devices.items():
