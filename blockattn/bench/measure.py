@@ -1,0 +1,76 @@
+"""Timing, the device copy ceiling and peak-memory measurement."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+
+def cuda() -> bool:
+    return torch.cuda.is_available()
+
+
+def sync() -> None:
+    if cuda():
+        torch.cuda.synchronize()
+
+
+def time_ms(fn: Callable[[], Any], warmup_ms: float, rep_ms: float, smoke: bool = False) -> float:
+    """Median milliseconds per call.
+
+    CUDA: `triton.testing.do_bench` (CUDA events, L2 flushed between calls). Smoke/CPU: a plain
+    wall-clock median of a few calls, since do_bench needs a GPU.
+    """
+    if smoke or not cuda():
+        fn()
+        times = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t0) * 1e3)
+        return statistics.median(times)
+    import triton.testing
+
+    return float(triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median"))
+
+
+def peak_memory_mb(fn: Callable[[], Any]) -> float | None:
+    """Peak allocated bytes during one call above what was live before it (inputs included)."""
+    if not cuda():
+        return None
+    sync()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    out = fn()
+    sync()
+    peak = torch.cuda.max_memory_allocated() - base
+    del out
+    return peak / 2**20
+
+
+def copy_ceiling(n_bytes: int, warmup_ms: float, rep_ms: float, smoke: bool) -> dict[str, Any]:
+    """Device-to-device copy bandwidth: bytes read + bytes written per second.
+
+    The buffer (default 2 GiB each way) is far larger than L2, so this is the HBM roofline a
+    memory-bound kernel can approach.
+    """
+    dev = "cuda" if cuda() else "cpu"
+    n = n_bytes // 2
+    src = torch.randn(n, device=dev, dtype=torch.float32).to(torch.bfloat16)
+    dst = torch.empty_like(src)
+    ms = time_ms(lambda: dst.copy_(src), warmup_ms, rep_ms, smoke)
+    moved = 2 * src.numel() * src.element_size()
+    del src, dst
+    if cuda():
+        torch.cuda.empty_cache()
+    return {
+        "buffer_bytes": n * 2,
+        "bytes_moved": moved,
+        "ms": ms,
+        "tbps": moved / (ms * 1e-3) / 1e12,
+        "method": "dst.copy_(src) bf16, median" + (" wall clock" if smoke else " do_bench"),
+    }

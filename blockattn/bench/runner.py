@@ -1,0 +1,313 @@
+"""`run_benchmark(config)`: copy ceiling, then every (case, provider, pass) under a time budget.
+
+Order (most important first, so a budget cut or a timeout drops the least useful points):
+ceiling -> shape P D=128 (core providers) -> P D=64 -> max_len and sparsity sweeps ->
+extra providers at P D=128 (eager, SDPA/cuDNN, FlexAttention: slow to compile or to run).
+Outputs are rewritten after every measurement (see `blockattn.bench.report`).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import platform
+import signal
+import subprocess
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from blockattn.bench import measure, report
+from blockattn.bench.case import BenchCase, make_bench_case
+from blockattn.bench.providers import PROVIDERS, Unsupported, flash_info
+
+PASSES = ("fwd", "bwd", "fwdbwd")
+CORE = ("blockattn", "blockattn_rotary", "fa2", "fa2_rotary_eager", "fa2_rotary_compiled")
+SWEEP = ("blockattn", "blockattn_rotary", "fa2", "fa2_rotary_eager")
+# Extras and the remaining budget (s) each needs before it is started (compile time dominates).
+EXTRAS = {"eager": 15.0, "sdpa_cudnn": 15.0, "flex": 75.0}
+# Sweep cases target this many tokens (E[T]) so every point costs about the same.
+SWEEP_TOKENS = 1 << 18
+
+
+@dataclass
+class CaseSpec:
+    name: str
+    group: str  # main | sweep_len | sweep_sparsity | extra
+    B: int
+    max_len: int
+    sparsity: float
+    H: int
+    D: int
+    providers: tuple[str, ...]
+
+
+@dataclass
+class BenchConfig:
+    out: str = "bench_out"
+    quick: bool = False
+    smoke: bool = False  # tiny CPU/interpreter run: structure only, numbers meaningless
+    time_budget_s: float = 420.0
+    seed: int = 0
+    ceiling_bytes: int = 2 << 30
+    check_seqs: int = 32  # sequences sampled for the FP64 check of every provider
+    sweeps: bool = True
+    extras: bool = True
+    warmup_ms: float = 25.0
+    rep_ms: float = 100.0
+    sweep_rep_ms: float = 50.0
+    dtype: str = "bfloat16"
+    providers: tuple[str, ...] | None = None  # restrict to these (None: all)
+    extra_meta: dict[str, Any] = field(default_factory=dict)
+
+
+def plan(cfg: BenchConfig) -> list[CaseSpec]:
+    """The ordered list of cases (see module docstring)."""
+    if cfg.smoke:
+        return [
+            CaseSpec("P_smoke", "main", 3, 130, 0.3, 2, 32, CORE),
+            CaseSpec("len_64", "sweep_len", 2, 64, 0.5, 2, 32, SWEEP),
+            CaseSpec("len_128", "sweep_len", 2, 128, 0.5, 2, 32, SWEEP),
+            CaseSpec("sparsity_0", "sweep_sparsity", 2, 64, 0.0, 2, 32, SWEEP),
+            CaseSpec("sparsity_0.5", "sweep_sparsity", 2, 64, 0.5, 2, 32, SWEEP),
+            CaseSpec("P_smoke_extra", "extra", 3, 130, 0.3, 2, 32, tuple(EXTRAS)),
+        ]
+    specs = [
+        CaseSpec("P_D128", "main", 1152, 4096, 0.7, 4, 128, CORE),
+        CaseSpec("P_D64", "main", 1152, 4096, 0.7, 4, 64, CORE),
+    ]
+    if cfg.sweeps:
+        lens = (256, 1024, 4096) if cfg.quick else (256, 512, 1024, 2048, 4096)
+        for L in lens:
+            B = max(1, round(SWEEP_TOKENS / (0.3 * L)))
+            specs.append(CaseSpec(f"len_{L}", "sweep_len", B, L, 0.7, 4, 128, SWEEP))
+        sps = (0.0, 0.7, 0.95) if cfg.quick else (0.0, 0.3, 0.5, 0.7, 0.9, 0.95)
+        for s in sps:
+            B = max(1, round(SWEEP_TOKENS / ((1 - s) * 1024)))
+            specs.append(CaseSpec(f"sparsity_{s:g}", "sweep_sparsity", B, 1024, s, 4, 128, SWEEP))
+    if cfg.extras:
+        specs.append(CaseSpec("P_D128", "extra", 1152, 4096, 0.7, 4, 128, tuple(EXTRAS)))
+    if cfg.providers is not None:
+        for s in specs:
+            s.providers = tuple(p for p in s.providers if p in cfg.providers)
+    return [s for s in specs if s.providers]
+
+
+def _git() -> dict[str, Any]:
+    root = Path(__file__).resolve().parents[2]
+
+    def git(*a: str) -> str:
+        try:
+            r = subprocess.run(["git", *a], cwd=root, capture_output=True, text=True, timeout=10)
+            return r.stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return ""
+
+    return {"commit": git("rev-parse", "HEAD") or "unknown", "dirty": bool(git("status", "-s"))}
+
+
+def _meta(cfg: BenchConfig) -> dict[str, Any]:
+    import triton
+
+    dev = "cpu"
+    props: dict[str, Any] = {}
+    if measure.cuda():
+        p = torch.cuda.get_device_properties(0)
+        dev = p.name
+        props = {
+            "sm_count": p.multi_processor_count,
+            "capability": f"sm_{p.major}{p.minor}",
+            "total_memory_gb": round(p.total_memory / 1e9, 1),
+        }
+    return {
+        "gpu": dev,
+        "gpu_props": props,
+        "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda,
+        "triton": triton.__version__,
+        "python": platform.python_version(),
+        "git": _git(),
+        "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "triton_interpret": os.environ.get("TRITON_INTERPRET", "0"),
+        "flash": flash_info(),
+        "config": asdict(cfg),
+    }
+
+
+class _Budget:
+    def __init__(self, seconds: float) -> None:
+        self.t0 = time.monotonic()
+        self.seconds = seconds
+
+    @property
+    def elapsed(self) -> float:
+        return time.monotonic() - self.t0
+
+    def left(self) -> float:
+        return self.seconds - self.elapsed
+
+
+def _row(case: BenchCase, spec: CaseSpec, prov: str, pas: str, **kw: Any) -> dict[str, Any]:
+    row = {**case.describe(), "group": spec.group, "provider": prov, "pass": pas}
+    row["rotary"] = PROVIDERS[prov].rotary
+    row.update(kw)
+    return row
+
+
+def pass_bytes(case: BenchCase, pas: str, rotary: bool) -> int:
+    """Minimum traffic: fwd reads q, k, v, writes O (4 passes); bwd reads q, k, v, dO and writes
+    dq, dk, dv (7 passes); each also reads sinu_pos once with rotary. fwd+bwd = the sum."""
+    extra = case.sinu_bytes() if rotary else 0
+    fwd = 4 * case.tensor_bytes() + extra
+    bwd = 7 * case.tensor_bytes() + extra
+    return {"fwd": fwd, "bwd": bwd, "fwdbwd": fwd + bwd}[pas]
+
+
+def _run_provider(
+    cfg: BenchConfig, case: BenchCase, spec: CaseSpec, name: str, state: report.State, b: _Budget
+) -> None:
+    prov = PROVIDERS[name]
+    rep_ms = cfg.rep_ms if spec.group in ("main", "extra") else cfg.sweep_rep_ms
+    need = EXTRAS.get(name, 0.0)
+    if b.left() <= need:
+        msg = f"{spec.name}/{name}: skipped, time budget ({cfg.time_budget_s:.0f} s) exhausted"
+        state.skipped.append(msg)
+        for pas in PASSES:
+            state.add(_row(case, spec, name, pas, status="skipped_budget", note=msg))
+        return
+    t0 = time.monotonic()
+    try:
+        prepared = prov.prepare(case)
+    except Unsupported as exc:
+        for pas in PASSES:
+            state.add(_row(case, spec, name, pas, status="unsupported", note=str(exc)))
+        return
+    except Exception as exc:
+        note = f"prepare failed: {type(exc).__name__}: {exc}"
+        state.errors.append({"case": spec.name, "provider": name, "trace": traceback.format_exc()})
+        for pas in PASSES:
+            state.add(_row(case, spec, name, pas, status="error", note=note))
+        return
+    try:
+        outs = {"O": prepared.fwd()}
+        outs.update(zip(("dQ", "dK", "dV"), prepared.bwd(), strict=True))
+        chk = case.check(outs, prov.rotary, cfg.check_seqs)
+        del outs
+    except Exception as exc:
+        chk = {"check": "error", "check_error": f"{type(exc).__name__}: {exc}"}
+        state.errors.append({"case": spec.name, "provider": name, "trace": traceback.format_exc()})
+    state.checks.append({"case": spec.name, "group": spec.group, "provider": name, **chk})
+    notes = "; ".join(f"{k}: {v}" for k, v in prepared.notes.items())
+    for pas in PASSES:
+        fn = getattr(prepared, pas)
+        if b.left() <= 0:
+            msg = f"{spec.name}/{name}/{pas}: skipped, time budget exhausted"
+            state.skipped.append(msg)
+            state.add(_row(case, spec, name, pas, status="skipped_budget", note=msg))
+            continue
+        try:
+            ms = measure.time_ms(fn, cfg.warmup_ms, rep_ms, cfg.smoke)
+            mem = measure.peak_memory_mb(fn)
+            status = "ok" if chk["check"] == "pass" else f"check_{chk['check']}"
+            nbytes = pass_bytes(case, pas, prov.rotary)
+            state.add(
+                _row(
+                    case,
+                    spec,
+                    name,
+                    pas,
+                    status=status,
+                    ms=ms,
+                    bytes=nbytes,
+                    peak_mem_mb=mem,
+                    check=chk["check"],
+                    relerr_O=chk.get("relerr_O"),
+                    relerr_dQ=chk.get("relerr_dQ"),
+                    note=notes,
+                )
+            )
+        except Exception as exc:
+            note = f"{pas} failed: {type(exc).__name__}: {exc}"
+            state.errors.append(
+                {"case": spec.name, "provider": name, "trace": traceback.format_exc()}
+            )
+            state.add(_row(case, spec, name, pas, status="error", note=note))
+    del prepared
+    state.provider_seconds.append({"case": spec.name, "provider": name, "s": time.monotonic() - t0})
+
+
+def _cleanup() -> None:
+    if measure.cuda():
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+
+
+def run_benchmark(config: BenchConfig | dict[str, Any] | None = None) -> dict[str, Any]:
+    """Run the benchmark; returns the bench.json content (also written to `config.out`)."""
+    cfg = config if isinstance(config, BenchConfig) else BenchConfig(**(config or {}))
+    if cfg.smoke:
+        cfg.ceiling_bytes = min(cfg.ceiling_bytes, 1 << 24)
+        cfg.check_seqs = min(cfg.check_seqs, 4)
+    b = _Budget(cfg.time_budget_s)
+    device = torch.device("cuda" if measure.cuda() else "cpu")
+    if device.type == "cpu":
+        from blockattn.kernels.attention import INTERPRET
+
+        if not INTERPRET:
+            raise ValueError(
+                "no CUDA device: the CPU run needs TRITON_INTERPRET=1 set before blockattn is "
+                "imported (use `blockattn bench --smoke`, which sets it)"
+            )
+    dtype = getattr(torch, cfg.dtype)
+    state = report.State(Path(cfg.out), _meta(cfg))
+    state.write()
+
+    def on_term(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    old = signal.signal(signal.SIGTERM, on_term) if _main_thread() else None
+    try:
+        state.ceiling = measure.copy_ceiling(cfg.ceiling_bytes, cfg.warmup_ms, cfg.rep_ms, cfg.smoke)
+        state.write()
+        for spec in plan(cfg):
+            if b.left() <= 0:
+                msg = f"case {spec.name} ({spec.group}): skipped, time budget exhausted"
+                state.skipped.append(msg)
+                continue
+            case = make_bench_case(
+                spec.name,
+                B=spec.B,
+                max_len=spec.max_len,
+                sparsity=spec.sparsity,
+                H=spec.H,
+                D=spec.D,
+                dtype=dtype,
+                device=device,
+                seed=cfg.seed,
+            )
+            state.cases.append({**case.describe(), "group": spec.group})
+            for name in spec.providers:
+                _run_provider(cfg, case, spec, name, state, b)
+                _cleanup()
+            del case
+            _cleanup()
+        state.status = "complete" if not state.skipped else "budget_exhausted"
+    except KeyboardInterrupt as exc:
+        state.status = f"interrupted ({exc})"
+        raise
+    finally:
+        if old is not None:
+            signal.signal(signal.SIGTERM, old)
+        state.elapsed_s = b.elapsed
+        state.write(final=True)
+    return state.to_json()
+
+
+def _main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()

@@ -1,0 +1,92 @@
+"""`blockattn bench`: copy ceiling + blockattn / FA2 / rotary baselines, JSON, CSV, plots."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+
+HELP = "Benchmark blockattn against FA2 (+ rotary), SDPA, FlexAttention, eager vs the copy ceiling."
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", default="bench_out", help="output directory (default bench_out)")
+    parser.add_argument("--quick", action="store_true", help="reduced sweeps")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="tiny shapes; on CPU under TRITON_INTERPRET=1 with a wall-clock timer",
+    )
+    parser.add_argument(
+        "--time-budget-s",
+        type=float,
+        default=420.0,
+        help="skip remaining points once this much wall time has passed (default 420)",
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-sweeps", action="store_true", help="main shapes only")
+    parser.add_argument("--no-extras", action="store_true", help="skip eager, SDPA/cuDNN, flex")
+    parser.add_argument(
+        "--providers", default=None, help="comma-separated subset of providers (default all)"
+    )
+    parser.add_argument(
+        "--ceiling-gb", type=float, default=2.0, help="copy-ceiling buffer size in GiB (default 2)"
+    )
+
+
+def _needs_interpreter() -> bool:
+    import torch
+
+    from blockattn.kernels.attention import INTERPRET
+
+    return not torch.cuda.is_available() and not INTERPRET
+
+
+def _reexec(args: argparse.Namespace) -> int:
+    # TRITON_INTERPRET is read when the kernels are defined, i.e. when `blockattn` is imported,
+    # which the CLI has already done: rerun this command in a child with it set.
+    argv = [sys.executable, "-m", "blockattn", "bench", "--smoke", "--out", args.out]
+    argv += ["--time-budget-s", str(args.time_budget_s), "--seed", str(args.seed)]
+    argv += ["--ceiling-gb", str(args.ceiling_gb)]
+    argv += ["--quick"] * args.quick + ["--no-sweeps"] * args.no_sweeps
+    argv += ["--no-extras"] * args.no_extras
+    if args.providers:
+        argv += ["--providers", args.providers]
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    return subprocess.run(argv, env=env, check=False).returncode
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.smoke and _needs_interpreter():
+        return _reexec(args)
+    from blockattn.bench import BenchConfig, run_benchmark
+    from blockattn.bench.providers import PROVIDERS
+    from blockattn.bench.report import summary_markdown
+
+    providers = None
+    if args.providers:
+        providers = tuple(p.strip() for p in args.providers.split(",") if p.strip())
+        unknown = set(providers) - set(PROVIDERS)
+        if unknown:
+            raise ValueError(f"unknown providers {sorted(unknown)}; known: {sorted(PROVIDERS)}")
+    cfg = BenchConfig(
+        out=args.out,
+        quick=args.quick,
+        smoke=args.smoke,
+        time_budget_s=args.time_budget_s,
+        seed=args.seed,
+        sweeps=not args.no_sweeps,
+        extras=not args.no_extras,
+        providers=providers,
+        ceiling_bytes=int(args.ceiling_gb * 2**30),
+    )
+    try:
+        data = run_benchmark(cfg)
+    except KeyboardInterrupt:
+        print(f"interrupted: partial results in {args.out}/bench.json", file=sys.stderr)
+        return 130
+    print(f"wrote {args.out}/bench.json, bench.csv, {', '.join(data.get('plots') or [])}")
+    print(summary_markdown(data))  # last thing printed
+    ours = [c for c in data["checks"] if c["provider"].startswith("blockattn")]
+    return 1 if any(c.get("check") != "pass" for c in ours) else 0
