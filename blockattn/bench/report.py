@@ -61,6 +61,7 @@ class State:
     provider_seconds: list[dict[str, Any]] = field(default_factory=list)
     status: str = "running"
     elapsed_s: float = 0.0
+    plots: list[str] | str = field(default_factory=list)
 
     def add(self, row: dict[str, Any]) -> None:
         self.rows.append(row)
@@ -84,6 +85,7 @@ class State:
             "skipped": self.skipped,
             "errors": self.errors,
             "provider_seconds": self.provider_seconds,
+            "plots": self.plots,
         }
 
     def write(self, final: bool = False) -> None:
@@ -100,9 +102,10 @@ class State:
         os.replace(tmp, self.out / "bench.csv")
         if final:
             try:
-                data["plots"] = plot(data, self.out)
+                self.plots = plot(data, self.out)
             except Exception as exc:  # plots are a convenience; never lose the data over them
-                data["plots"] = f"plotting failed: {type(exc).__name__}: {exc}"
+                self.plots = f"plotting failed: {type(exc).__name__}: {exc}"
+            data["plots"] = self.plots
             _atomic(self.out / "bench.json", json.dumps(data, indent=1, default=str))
 
 
@@ -270,7 +273,11 @@ def _targets(ms: list[dict[str, Any]], case: str) -> list[str]:
     ]
     out = []
     for name, val, goal, op, lim in rows:
-        met = "n/a" if val is None else ("yes" if (val >= lim if op == "ge" else val <= lim) else "NO")
+        met = (
+            "n/a"
+            if val is None
+            else ("yes" if (val >= lim if op == "ge" else val <= lim) else "NO")
+        )
         out.append(f"| {case} | {name} | {_n(val, '.3f')} | {goal} | {met} |")
     if fa2b is not None and best_rot is not None:
         out.append(
@@ -317,7 +324,9 @@ def plot(data: dict[str, Any], out: Path) -> list[str]:
     rows = [r for r in ms if r["group"] in ("sweep_len", "sweep_sparsity")]
     if rows and data["ceiling"]:
         fig, axes = plt.subplots(2, 2, figsize=(11, 8))
-        for i, (group, xkey) in enumerate((("sweep_len", "max_len"), ("sweep_sparsity", "sparsity"))):
+        for i, (group, xkey) in enumerate(
+            (("sweep_len", "max_len"), ("sweep_sparsity", "sparsity"))
+        ):
             for j, pas in enumerate(("fwd", "bwd")):
                 ax = axes[i][j]
                 sel = [r for r in rows if r["group"] == group and r["pass"] == pas]

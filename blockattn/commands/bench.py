@@ -86,7 +86,9 @@ def main(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print(f"interrupted: partial results in {args.out}/bench.json", file=sys.stderr)
         return 130
-    print(f"wrote {args.out}/bench.json, bench.csv, {', '.join(data.get('plots') or [])}")
+    plots = data.get("plots")
+    plots = ", ".join(plots) if isinstance(plots, list) else plots
+    print(f"wrote {args.out}/: bench.json, bench.csv; plots: {plots or 'none'}")
     print(summary_markdown(data))  # last thing printed
     ours = [c for c in data["checks"] if c["provider"].startswith("blockattn")]
     return 1 if any(c.get("check") != "pass" for c in ours) else 0
