@@ -194,10 +194,11 @@ def make_case(
     """Build a seeded jagged case (q, k, v, grad_out: (T, H, D) `dtype`; offsets int32).
 
     `lengths` (a list) overrides B/max_len/sparsity. Otherwise lengths come from
-    `draw_lengths` (see there: `sparsity` is the expected EMPTY fraction, mean length
-    (1 - sparsity) * max_len). If every drawn length is 0, the first is set to 1 so a drawn case
-    is never empty (explicit `lengths` may give T = 0). grad_out ~ N(0, 1) for every
-    distribution.
+    `draw_lengths` (see there: `sparsity` is the expected EMPTY fraction of the padded
+    B x max_len grid, mean length (1 - sparsity) * max_len in expectation;
+    generative-recommenders uses the opposite "fill" convention). If every drawn length is 0,
+    the first is set to 1 so a drawn case is never empty (explicit `lengths` may give T = 0).
+    grad_out ~ N(0, 1) for every distribution.
     """
     if distribution not in DISTRIBUTIONS:
         raise ValueError(f"distribution must be one of {DISTRIBUTIONS}, got {distribution!r}")
