@@ -420,8 +420,12 @@ def _flex(case: BenchCase) -> Prepared:
         pos = torch.arange(T) - off[:-1][seq]
         bstart = off[:-1][seq] + (pos // BLOCK) * BLOCK  # first token of the token's block
         bend = torch.minimum(bstart + BLOCK, off[1:][seq])
-        blk_id = torch.cumsum((pos % BLOCK == 0).to(torch.int64), 0).to(torch.int32).to(dev)
         nq = (T + BLOCK - 1) // BLOCK
+        # mask_mod is also evaluated at the padded positions T..nq*64 of the last tile: pad the
+        # id table so those reads stay in bounds (they are masked by seq_lengths anyway).
+        blk_id = torch.full((nq * BLOCK,), -1, dtype=torch.int32)
+        blk_id[:T] = torch.cumsum((pos % BLOCK == 0).to(torch.int64), 0).to(torch.int32)
+        blk_id = blk_id.to(dev)
         first_tok = torch.arange(nq) * BLOCK
         last_tok = torch.clamp(first_tok + BLOCK - 1, max=T - 1)
         lo = bstart[first_tok] // BLOCK
@@ -463,6 +467,18 @@ def _flex(case: BenchCase) -> Prepared:
         rotary=False,
         notes={"bwd": "autograd.grad on a retained graph", "BLOCK_SIZE": str(BLOCK)},
     )
+
+
+def top_kernels(fn: Callable[[], Any], n: int = 3) -> str:
+    """Names of the n GPU kernels taking the most time in one call (which backend really ran)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    evs = [e for e in prof.key_averages() if getattr(e, "device_time_total", 0) > 0]
+    evs.sort(key=lambda e: e.device_time_total, reverse=True)
+    return " | ".join(e.key[:90] for e in evs[:n])
 
 
 PROVIDERS: dict[str, Provider] = {

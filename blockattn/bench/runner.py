@@ -23,7 +23,7 @@ import torch
 
 from blockattn.bench import measure, report
 from blockattn.bench.case import BenchCase, make_bench_case
-from blockattn.bench.providers import PROVIDERS, Unsupported, flash_info
+from blockattn.bench.providers import PROVIDERS, Unsupported, flash_info, top_kernels
 
 PASSES = ("fwd", "bwd", "fwdbwd")
 CORE = ("blockattn", "blockattn_rotary", "fa2", "fa2_rotary_eager", "fa2_rotary_compiled")
@@ -202,7 +202,14 @@ def _run_provider(
         chk = {"check": "error", "check_error": f"{type(exc).__name__}: {exc}"}
         state.errors.append({"case": spec.name, "provider": name, "trace": traceback.format_exc()})
     state.checks.append({"case": spec.name, "group": spec.group, "provider": name, **chk})
-    notes = "; ".join(f"{k}: {v}" for k, v in prepared.notes.items())
+    if measure.cuda():
+        try:
+            prepared.notes["fwd kernels"] = top_kernels(prepared.fwd)
+            prepared.notes["bwd kernels"] = top_kernels(prepared.bwd)
+        except Exception as exc:  # provenance only
+            prepared.notes["kernels"] = f"profiler failed: {type(exc).__name__}"
+    state.checks[-1]["notes"] = dict(prepared.notes)
+    notes = "; ".join(f"{k}: {v}" for k, v in prepared.notes.items() if "kernels" not in k)
     for pas in PASSES:
         fn = getattr(prepared, pas)
         if b.left() <= 0:
@@ -293,12 +300,22 @@ def run_benchmark(config: BenchConfig | dict[str, Any] | None = None) -> dict[st
                 seed=cfg.seed,
             )
             state.cases.append({**case.describe(), "group": spec.group})
+            broken = None
             for name in spec.providers:
                 _run_provider(cfg, case, spec, name, state, b)
-                _cleanup()
+                try:
+                    _cleanup()
+                except Exception as exc:
+                    # A device-side assert poisons the CUDA context: nothing after it can run.
+                    broken = f"CUDA context lost after {spec.name}/{name}: {type(exc).__name__}"
+                    break
             del case
+            if broken:
+                state.status = f"aborted ({broken})"
+                break
             _cleanup()
-        state.status = "complete" if not state.skipped else "budget_exhausted"
+        else:
+            state.status = "complete" if not state.skipped else "budget_exhausted"
     except KeyboardInterrupt as exc:
         state.status = f"interrupted ({exc})"
         raise
