@@ -131,11 +131,18 @@ def parse_ptxas_log(log: str) -> dict[str, int]:
     return out
 
 
+_TF32_MMA = re.compile(
+    r"\b(?:tcgen05\.mma\S*kind::tf32|wgmma\.mma_async\S*\.tf32|mma\.sync\S*\.tf32)"
+)
+
+
 def count_mma(ptx: str) -> dict[str, int]:
-    """Occurrences of each MMA opcode family in the PTX text (mma.sync: pre-Hopper fallback)."""
-    return {op: len(re.findall(rf"\b{re.escape(op)}\b", ptx)) for op in (*MMA_OPCODE.values(),)} | {
-        "mma.sync": len(re.findall(r"\bmma\.sync\b", ptx))
-    }
+    """Occurrences of each MMA opcode family in the PTX (mma.sync: pre-Hopper fallback; tf32:
+    MMAs with tf32 operands, which an fp32 "ieee" variant must never contain)."""
+    counts = {op: len(re.findall(rf"\b{re.escape(op)}\b", ptx)) for op in MMA_OPCODE.values()}
+    counts["mma.sync"] = len(re.findall(r"\bmma\.sync\b", ptx))
+    counts["tf32"] = len(_TF32_MMA.findall(ptx))
+    return counts
 
 
 def ctas_per_sm(registers: int, num_warps: int, smem: int) -> int:
@@ -208,14 +215,17 @@ def _compile_one(variant: Variant, target: str) -> Result:
             signature[name] = "i32"
         else:
             raise RuntimeError(f"{fn.__name__}: argument {name} unknown to compile-check")
-    res.num_warps = A._NUM_WARPS[variant.kernel]
+    cfg = A.launch_config(variant.kernel, variant.rotary != "off")
+    res.num_warps = cfg.num_warps
     src = ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
     log = io.StringIO()
     t0 = time.perf_counter()
     # TRITON_DUMP_PTXAS_LOG (set by the parent) makes make_cubin print ptxas' -v log to stdout.
     with contextlib.redirect_stdout(log):
         kernel = triton.compile(
-            src, target=GPUTarget("cuda", arch, 32), options={"num_warps": res.num_warps}
+            src,
+            target=GPUTarget("cuda", arch, 32),
+            options={"num_warps": cfg.num_warps, "num_stages": cfg.num_stages},
         )
     res.compile_s = round(time.perf_counter() - t0, 2)
     stats = parse_ptxas_log(log.getvalue())
@@ -229,7 +239,11 @@ def _compile_one(variant: Variant, target: str) -> Result:
 
     res.mma_counts = count_mma(kernel.asm["ptx"])
     n_mma = res.mma_counts[MMA_OPCODE[arch]]
-    if n_mma:
+    if variant.dtype == "fp32" and res.mma_counts["tf32"]:
+        # input_precision="ieee" promises full fp32 products; tf32 keeps 10 mantissa bits.
+        res.mma = f"{MMA_OPCODE[arch]} x{n_mma} (tf32!)"
+        res.failures.append(f"{res.mma_counts['tf32']} tf32 MMAs in an fp32 ieee variant")
+    elif n_mma:
         res.mma = f"{MMA_OPCODE[arch]} x{n_mma}"
     elif variant.dtype == "fp32":
         res.mma = "no MMA (fp32 ieee)"
@@ -254,14 +268,24 @@ def _worker_main() -> int:
     proto = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
     sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
+    saved_err = os.dup(2)
     for line in sys.stdin:
         task = json.loads(line)
         variant = Variant(**task["variant"])
-        try:
-            res = _compile_one(variant, task["target"])
-        except Exception as exc:  # report, keep serving: one broken variant must not hide others
-            res = Result(variant=variant.name, target=task["target"])
-            res.error = f"{type(exc).__name__}: {exc}"[-4000:]
+        # MLIR pass failures print their diagnostics to fd 2, not into the exception: capture.
+        with tempfile.TemporaryFile("w+") as diag:
+            os.dup2(diag.fileno(), 2)
+            try:
+                res = _compile_one(variant, task["target"])
+            except Exception as exc:  # report, keep serving: one failure must not hide others
+                res = Result(variant=variant.name, target=task["target"])
+                sys.stderr.flush()
+                diag.seek(0)
+                notes = [ln for ln in diag.read().splitlines() if "error:" in ln or "note:" in ln]
+                detail = "\n".join(notes[-4:])
+                res.error = f"{type(exc).__name__}: {str(exc).splitlines()[-1]}\n{detail}"[-4000:]
+            finally:
+                os.dup2(saved_err, 2)
         proto.write(json.dumps(asdict(res)) + "\n")
     return 0
 
@@ -363,7 +387,10 @@ def format_markdown(results: list[Result]) -> str:
     rows = []
     for r in results:
         if r.error:
-            status = "ERROR: " + r.error.splitlines()[0][:120]
+            # First line plus the MLIR note naming the failing pass, if any.
+            lines = r.error.splitlines()
+            note = next((ln.split("note: ", 1)[1] for ln in lines if "note: " in ln), "")
+            status = "ERROR: " + lines[0][:100] + (f" ({note[:140]})" if note else "")
         else:
             status = "ok" if r.ok else "FAIL: " + "; ".join(r.failures)
         smem = "" if r.smem is None else str(r.smem + r.static_smem)

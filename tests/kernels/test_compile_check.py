@@ -1,0 +1,92 @@
+"""AOT builds of the kernels for sm_90a / sm_100a on CPU (blockattn.compile_check).
+
+The quick tier builds one representative pair (bf16, D=128, rotary incl. v; fwd and bwd) on both
+targets; the full 36-variant x 2-target matrix is `slow`. Builds run in worker processes without
+TRITON_INTERPRET, so these tests also show the check works under the conftest's interpreter env.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from blockattn import compile_check as cc
+
+_SUBSET = "fwd-bf16-d128-rot,bwd-bf16-d128-rot"
+
+_PTXAS_LOG = """\
+ptxas info    : 11 bytes gmem
+ptxas info    : Compiling entry function '_fwd_kernel' for 'sm_90a'
+ptxas info    : Function properties for _fwd_kernel
+    280 bytes stack frame, 276 bytes spill stores, 284 bytes spill loads
+ptxas info    : Used 255 registers, used 1 barriers, 280 bytes cumulative stack size
+"""
+
+
+def test_variant_matrix_is_complete() -> None:
+    names = [v.name for v in cc.all_variants()]
+    assert len(names) == len(set(names)) == 2 * 3 * 2 * 3
+    assert "bwd-fp32-d64-rot-qk" in names
+
+
+def test_select_variants_globs() -> None:
+    assert [v.name for v in cc.select_variants(_SUBSET)] == _SUBSET.split(",")
+    assert len(cc.select_variants("fwd-*-d64-off")) == 3
+    with pytest.raises(ValueError, match="no variant matches"):
+        cc.select_variants("fwd-bf8-*")
+
+
+def test_parse_ptxas_log() -> None:
+    stats = cc.parse_ptxas_log(_PTXAS_LOG)
+    assert stats == {
+        "registers": 255,
+        "spill_stores": 276,
+        "spill_loads": 284,
+        "stack_frame": 280,
+        "static_smem": 0,
+    }
+
+
+def test_ctas_per_sm_estimate() -> None:
+    # 255 regs -> 8192 per warp; 4 warps -> 32768 per CTA -> 2 CTAs in a 64K register file.
+    assert cc.ctas_per_sm(255, 4, 65536) == 2
+    # 128 regs, 4 warps: 4 CTAs by registers; 3 by 64 KiB (+1 KiB reserved) of smem each.
+    assert cc.ctas_per_sm(128, 4, 65536) == 3
+
+
+@pytest.fixture(scope="module")
+def subset_results() -> list[cc.Result]:
+    # The conftest sets TRITON_INTERPRET=1 on CPU; the workers must not inherit it.
+    assert os.environ.get("TRITON_INTERPRET") == "1" or "TRITON_INTERPRET" not in os.environ
+    return cc.run_check(cc.select_variants(_SUBSET), jobs=2)
+
+
+def test_subset_builds_with_tensor_cores(subset_results: list[cc.Result]) -> None:
+    assert [(r.variant, r.target) for r in subset_results] == [
+        (v, t) for v in _SUBSET.split(",") for t in ("sm_90", "sm_100")
+    ]
+    for r in subset_results:
+        assert r.error is None, f"{r.variant} {r.target}: {r.error}"
+        assert r.mma_counts[cc.MMA_OPCODE[cc.TARGETS[r.target]]] > 0, r
+        assert r.registers and r.smem, r
+        assert r.num_warps in (4, 8)
+
+
+def test_subset_has_no_spills(subset_results: list[cc.Result]) -> None:
+    bad = [
+        f"{r.variant} {r.target}: {r.spill_stores} B spill stores / {r.spill_loads} B loads"
+        for r in subset_results
+        if r.spill_stores or r.spill_loads
+    ]
+    assert not bad, "register spills:\n" + "\n".join(bad)
+
+
+@pytest.mark.slow
+def test_full_matrix_passes() -> None:
+    results = cc.run_check(cc.all_variants(), jobs=os.cpu_count())
+    assert len(results) == 72
+    bad = [
+        f"{r.variant} {r.target}: {r.error or '; '.join(r.failures)}" for r in results if not r.ok
+    ]
+    assert not bad, "\n".join(bad)
