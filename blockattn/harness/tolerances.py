@@ -15,6 +15,7 @@ Layout (see tolerances/SCHEMA.md for the prose version):
     atol_floor = 1e-6                # optional
     min_snr_db = 30.0                # optional
     max_pct_over_tol = 5.0           # optional
+    [rules.<provider>.<dtype>.<tensor>.dist.<distribution>]  # optional, ill-conditioned inputs
     [rules.<provider>.<dtype>.<tensor>.arch.<arch>]   # optional per-GPU-arch override, e.g. sm_90
 """
 
@@ -30,6 +31,14 @@ from typing import Any
 SCHEMA_VERSION = 1
 TENSORS = ("O", "dQ", "dK", "dV", "dX", "dW", "dbias")
 DTYPE_NAMES = ("bfloat16", "float16", "float32")
+DISTRIBUTION_NAMES = (
+    "normal",
+    "scaled_logits",
+    "heavy_tailed",
+    "tiny",
+    "near_constant",
+    "negative_rows",
+)
 RULE_FIELDS: dict[str, tuple[bool, float | None, float | None]] = {
     # name: (required, min exclusive-ish lower bound, upper bound)
     "max_ratio_to_floor": (True, 0.0, None),
@@ -80,11 +89,21 @@ class Tolerances:
     def regression(self) -> dict[str, float]:
         return {**REGRESSION_DEFAULTS, **self.data.get("regression", {})}
 
-    def rule(self, provider: str, dtype: str, tensor: str, arch: str | None) -> dict | None:
+    def rule(
+        self,
+        provider: str,
+        dtype: str,
+        tensor: str,
+        arch: str | None,
+        distribution: str | None = None,
+    ) -> dict | None:
+        """Base rule, overridden by .dist.<distribution>, then by .arch.<arch>."""
         base = self.rules.get(provider, {}).get(dtype, {}).get(tensor)
         if base is None:
             return None
-        merged = {k: v for k, v in base.items() if k != "arch"}
+        merged = {k: v for k, v in base.items() if k not in ("arch", "dist")}
+        if distribution is not None:
+            merged.update(base.get("dist", {}).get(distribution, {}))
         if arch is not None:
             merged.update(base.get("arch", {}).get(arch, {}))
         return merged
@@ -101,13 +120,15 @@ def _check_rule(where: str, rule: Any, allow_arch: bool) -> None:
     if not isinstance(rule, dict):
         raise ToleranceError(f"{where}: expected a table")
     for key, val in rule.items():
-        if key == "arch" and allow_arch:
+        if key in ("arch", "dist") and allow_arch:
             if not isinstance(val, dict):
-                raise ToleranceError(f"{where}.arch: expected a table of arch names")
-            for arch, sub in val.items():
-                _check_rule(f"{where}.arch.{arch}", sub, allow_arch=False)
-                if "max_ratio_to_floor" not in sub and not sub:
-                    raise ToleranceError(f"{where}.arch.{arch}: empty override")
+                raise ToleranceError(f"{where}.{key}: expected a table of {key} names")
+            for name, sub in val.items():
+                if key == "dist" and name not in DISTRIBUTION_NAMES:
+                    raise ToleranceError(f"{where}.dist: unknown distribution {name!r}")
+                _check_rule(f"{where}.{key}.{name}", sub, allow_arch=False)
+                if not sub:
+                    raise ToleranceError(f"{where}.{key}.{name}: empty override")
             continue
         if key not in RULE_FIELDS:
             raise ToleranceError(f"{where}: unknown field {key!r} (allowed: {sorted(RULE_FIELDS)})")

@@ -1,6 +1,7 @@
 """Acceptance rules: one results.jsonl record + a tolerance file -> pass/fail with reasons.
 
-Per tensor of the provider under test (rule = tolerances[provider][dtype][tensor] (+arch)):
+Per tensor of the provider under test (rule = tolerances[provider][dtype][tensor], overridden
+by .dist[input distribution] then .arch[GPU arch]):
   1. nonfinite_bad == 0                  NaN/Inf where the FP64 oracle is finite is never rounding.
   2. max_abs / F <= max_ratio_to_floor   F = max(floor_eff, rule.atol_floor): error measured in
                                          "perfect single roundings"; F > 0 always (see metrics).
@@ -133,7 +134,7 @@ def evaluate(record: dict[str, Any], tol: Tolerances, under_test: str | None = N
                 v.warnings.append(f"{name}: {res['status']}: {res.get('reason')}")
             continue
         for tensor, m in res["tensors"].items():
-            rule = tol.rule(name, spec["dtype"], tensor, arch)
+            rule = tol.rule(name, spec["dtype"], tensor, arch, spec.get("distribution"))
             if rule is None:
                 if hard:
                     v.fail(

@@ -70,12 +70,20 @@ def _attention(q, k, v, offsets, scale):
     return _FA2Block.apply(q.contiguous(), k.contiguous(), v.contiguous(), cu, scale)
 
 
-def run(inputs, variant: str) -> dict[str, torch.Tensor]:
-    if not torch.cuda.is_available() or inputs.q.device.type != "cuda":
-        raise Unsupported("fa2 needs a CUDA device (aten flash attention has no CPU kernel)")
+def refusal(device_type: str, dtype: str) -> str | None:
+    """Why FA2 cannot serve as the baseline here (None: it can)."""
+    if not torch.cuda.is_available() or device_type != "cuda":
+        return "fa2 needs a CUDA device (aten flash attention has no CPU kernel)"
     impl = active_flash_impl()
     if impl is not None:
-        raise Unsupported(f"flash attention impl {impl!r} is active, so aten's op is not FA2")
-    if inputs.spec.dtype not in ("bfloat16", "float16"):
-        raise Unsupported(f"FA2 supports bf16/fp16 only, got {inputs.spec.dtype}")
+        return f"flash attention impl {impl!r} is active, so aten's flash op is not FA2"
+    if dtype not in ("bfloat16", "float16"):
+        return f"FA2 supports bf16/fp16 only, got {dtype}"
+    return None
+
+
+def run(inputs, variant: str) -> dict[str, torch.Tensor]:
+    why = refusal(inputs.q.device.type, inputs.spec.dtype)
+    if why:
+        raise Unsupported(why)
     return run_autograd(inputs, variant, _attention)

@@ -1,0 +1,96 @@
+"""Shared helpers for harness tests (tolerance documents, planted-bug providers)."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from blockattn.harness.calibrate import to_toml
+from blockattn.harness.providers import _common, get
+
+REPO = Path(__file__).resolve().parents[2]
+TOL_DIR = REPO / "tolerances"
+
+
+def minimal_doc(**rule: float) -> dict[str, Any]:
+    r = {"max_ratio_to_floor": 4.0, **rule}
+    return {
+        "schema_version": 1,
+        "version": 7,
+        "status": "proposed",
+        "under_test": "blockattn",
+        "baseline": "eager",
+        "provenance": {
+            "generator": "test",
+            "commit": "abc",
+            "device": "cpu",
+            "gpu": "none",
+            "date": "2026-01-01",
+            "method": "hand-written for a test",
+        },
+        "rules": {"blockattn": {"bfloat16": {"O": r, "dQ": dict(r)}}},
+    }
+
+
+def write_doc(path: Path, doc: dict[str, Any]) -> Path:
+    path.write_text(to_toml(doc))
+    return path
+
+
+def retarget(doc: dict[str, Any], provider: str, scale_floor: float = 1.0) -> dict[str, Any]:
+    """Copy of a tolerance document whose rules for `provider` are those of the kernel."""
+    d = copy.deepcopy(doc)
+    d["rules"][provider] = copy.deepcopy(d["rules"][d["under_test"]])
+    for by_t in d["rules"][provider].values():
+        for rule in by_t.values():
+            rule["max_ratio_to_floor"] *= scale_floor
+    d["under_test"] = provider
+    d["status"] = "proposed"
+    return d
+
+
+def dk_bug(inputs, variant: str) -> dict[str, torch.Tensor]:
+    """Kernel with a realistic dK bug: head 0 of dK off by 1/64 relative (a wrong rescale,
+    ~2 bf16 ulps at the largest element); everything else exact."""
+    out = get("blockattn").run(inputs, variant)
+    key = "dK" if "dK" in out else "dW"
+    g = out[key].clone()
+    if g.dim() == 3:
+        g[:, 0, :] *= 1 + 2**-6
+    else:
+        g *= 1 + 2**-6
+    out[key] = g
+    return out
+
+
+def _attention_without_partial_block_mask(q, k, v, offsets, scale):
+    """The classic bug: padded keys of a partial block are not masked (they score 0)."""
+    T, H, D = q.shape
+    if T == 0:
+        return q * 0
+    slot, nb = _common.block_layout(offsets, T)
+
+    def pad(t: torch.Tensor) -> torch.Tensor:
+        z = t.new_zeros(nb * 64, H, D)
+        return z.index_copy(0, slot, t).view(nb, 64, H, D).transpose(1, 2)
+
+    p = torch.softmax(torch.matmul(pad(q), pad(k).transpose(-1, -2)) * scale, dim=-1)
+    o = torch.matmul(p, pad(v))
+    return o.transpose(1, 2).reshape(nb * 64, H, D).index_select(0, slot)
+
+
+def nomask_bug(inputs, variant: str) -> dict[str, torch.Tensor]:
+    return _common.run_autograd(inputs, variant, _attention_without_partial_block_mask)
+
+
+def nan_rows_bug(inputs, variant: str) -> dict[str, torch.Tensor]:
+    """Kernel that never writes the last token of O (output buffer poisoned with NaN)."""
+    out = get("blockattn").run(inputs, variant)
+    o = out["O"].clone()
+    if o.shape[0]:
+        o[-1] = float("nan")
+    out["O"] = o
+    return out

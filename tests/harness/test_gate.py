@@ -1,0 +1,147 @@
+"""The gate end to end: passes on the real kernel, fails (exit 1) on planted bugs, on an
+impossibly tight tolerance file and on a regression vs an earlier report; exit 2 on bad config.
+
+One module-scoped run evaluates a few corpus cases with the kernel, eager and the planted-bug
+providers side by side (same inputs); each test then gates that run with a different
+provider under test / tolerance file.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+from harness_helpers import TOL_DIR, dk_bug, nan_rows_bug, nomask_bug, retarget, write_doc
+
+from blockattn import cli
+from blockattn.harness import providers, tolerances
+from blockattn.harness.corpus import load_corpus
+from blockattn.harness.runner import run_cases
+
+pytest.importorskip("oracles")
+PLANTED = {"bug-dk": dk_bug, "bug-nomask": nomask_bug, "bug-nanrow": nan_rows_bug}
+# Corpus cases with partial blocks, both dtypes and all variants (keeps the run ~30 s on CPU).
+CASES = (
+    "edge-lengths-plain-bf16",
+    "edge-lengths-rotary-fp16",
+    "projection-bf16",
+    "negative-rows-bf16",
+)
+
+
+def _latest() -> Path:
+    p = tolerances.latest_released(TOL_DIR)
+    assert p is not None, "no released tolerance file"
+    return p
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    for name, fn in PLANTED.items():
+        providers.register(name, fn)
+    specs = [s for s in load_corpus(tiers=("cpu",)) if s.name in CASES]
+    assert len(specs) == len(CASES)
+    out = tmp_path_factory.mktemp("gate-run")
+    try:
+        run_cases(
+            specs,
+            out,
+            provider_names=["blockattn", "eager", *PLANTED],
+            under_test="blockattn",
+            baseline="eager",
+            progress=False,
+        )
+    finally:
+        for name in PLANTED:
+            providers.unregister(name)
+    return out
+
+
+def _gate(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    rc = cli.main(["gate", *args])
+    return rc, capsys.readouterr().out
+
+
+def test_gate_passes_on_the_real_kernel(run_dir: Path, capsys) -> None:
+    rc, out = _gate(["--tolerances", str(_latest()), "--report", str(run_dir)], capsys)
+    assert rc == 0, out
+    assert "PASS" in out and "failed 0" in out
+
+
+@pytest.mark.parametrize(
+    ("provider", "expect"),
+    [("bug-dk", "dK"), ("bug-nomask", "O"), ("bug-nanrow", "NaN/Inf")],
+)
+def test_gate_fails_on_planted_bug(
+    provider: str, expect: str, run_dir: Path, tmp_path: Path, capsys
+) -> None:
+    # Same bounds as the kernel's, so only the planted bug can make it fail.
+    doc = retarget(tolerances.load(_latest()).data, provider)
+    tol = write_doc(tmp_path / f"v{doc['version']}.toml", doc)
+    rc, out = _gate(["--tolerances", str(tol), "--report", str(run_dir)], capsys)
+    assert rc == 1, out
+    assert "FAIL" in out and expect in out.split("### Failures")[1]
+
+
+def test_dk_bug_fails_only_on_dk(run_dir: Path, tmp_path: Path) -> None:
+    from blockattn.harness import verdict
+    from blockattn.harness.results import load_records
+
+    tol = tolerances.Tolerances(None, retarget(tolerances.load(_latest()).data, "bug-dk"))
+    tol.rules = tol.data["rules"]
+    for rec in load_records(run_dir):
+        v = verdict.evaluate(rec, tol, "bug-dk")
+        assert not v.passed
+        assert all(" dK:" in f or " dW:" in f for f in v.failures), v.failures
+
+
+def test_gate_fails_on_impossibly_tight_tolerances(run_dir: Path, tmp_path: Path, capsys) -> None:
+    doc = copy.deepcopy(tolerances.load(_latest()).data)
+    for by_t in doc["rules"]["blockattn"].values():
+        for rule in by_t.values():
+            rule["max_ratio_to_floor"] = 1e-3  # below one rounding: nothing can pass
+    doc["status"] = "proposed"
+    tol = write_doc(tmp_path / f"v{doc['version']}.toml", doc)
+    rc, out = _gate(["--tolerances", str(tol), "--report", str(run_dir)], capsys)
+    assert rc == 1 and "max_abs/floor" in out
+
+
+def test_gate_flags_regression_vs_an_earlier_report(
+    run_dir: Path, tmp_path: Path, capsys
+) -> None:
+    # The kernel's errors sit below min_ratio_to_floor (2 roundings), where v1 ignores growth;
+    # lower that threshold so the 4x growth below must be reported.
+    doc = copy.deepcopy(tolerances.load(_latest()).data)
+    doc["regression"] = {"max_growth": 1.25, "min_ratio_to_floor": 1e-3}
+    doc["status"] = "proposed"
+    tol = write_doc(tmp_path / f"v{doc['version']}.toml", doc)
+    # Earlier report in which the kernel was 4x more accurate on every tensor.
+    old = [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]
+    for rec in old:
+        for m in rec["providers"]["blockattn"]["tensors"].values():
+            m["ratio_to_floor"] /= 4
+    base = tmp_path / "report.json"
+    base.write_text(json.dumps({"cases": old}))
+    rc, out = _gate(
+        ["--tolerances", str(tol), "--report", str(run_dir), "--baseline", str(base)], capsys
+    )
+    assert rc == 1, out
+    n_reg = int(out.split("### Regressions")[1].split(":")[1].split()[0])
+    assert n_reg == sum(len(r["providers"]["blockattn"]["tensors"]) for r in old)
+    # The run as its own baseline: nothing regressed, the gate passes.
+    rc2, out2 = _gate(
+        ["--tolerances", str(tol), "--report", str(run_dir), "--baseline", str(run_dir)], capsys
+    )
+    assert rc2 == 0 and "Regressions vs" in out2, out2
+
+
+def test_gate_usage_errors_are_exit_2(run_dir: Path, tmp_path: Path, capsys) -> None:
+    assert (
+        cli.main(["gate", "--tolerances", str(_latest()), "--report", str(tmp_path / "nope")]) == 2
+    )
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["gate"])  # --tolerances is required: argparse exits 2
+    assert exc.value.code == 2
+    capsys.readouterr()
