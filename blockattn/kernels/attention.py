@@ -19,10 +19,12 @@ Design (one tile per (block, head)):
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 import torch
 import triton
 import triton.language as tl
+from torch import Tensor
 
 from blockattn.kernels.tiles import TileTable
 
@@ -70,18 +72,10 @@ def _mma(a, b, acc, IEEE: tl.constexpr, INTERPRET: tl.constexpr):
 
 
 @triton.jit
-def _mma_split(
-    a_hi,
-    a_lo,
-    b_hi,
-    b_lo,
-    acc,
-    A_LO: tl.constexpr,
-    B_LO: tl.constexpr,
-    IEEE: tl.constexpr,
-    INTERPRET: tl.constexpr,
-):
-    """acc + (a_hi + a_lo) @ (b_hi + b_lo), dropping the lo @ lo term (below fp32 noise)."""
+def _mma_split(a_hi, a_lo, b_hi, b_lo, acc, A_LO: tl.constexpr, B_LO: tl.constexpr,
+               IEEE: tl.constexpr, INTERPRET: tl.constexpr):
+    """acc + (a_hi + a_lo) @ (b_hi + b_lo), dropping lo @ lo (2^-16 relative: below fp32 noise
+    of the sum at 16-bit output precision)."""
     if A_LO:
         acc = _mma(a_lo, b_hi, acc, IEEE, INTERPRET)
     if B_LO:
@@ -103,600 +97,250 @@ def _rotate(x, sin, cos, CONJ: tl.constexpr, BLOCK: tl.constexpr, HALF: tl.const
 
 
 @triton.jit
-def _tile_ptrs(base, tok, h, stride_t, stride_h, cols):
-    # int64 token index * stride: safe for T*H*D beyond 2^31 elements.
-    return base + tok.to(tl.int64)[:, None] * stride_t + h.to(tl.int64) * stride_h + cols[None, :]
+def _tile(base, start, n, h, stride_t, stride_h, BLOCK: tl.constexpr, HEAD_DIM: tl.constexpr):
+    """Pointers and row mask of the (BLOCK, HEAD_DIM) tile of head h at tokens [start, start+n).
+
+    Token indices are int64 before the stride multiply: safe for T*H*D beyond 2^31 elements.
+    Rows >= n are masked: loads give 0, stores skip them.
+    """
+    rows = tl.arange(0, BLOCK)
+    tok = (start + rows).to(tl.int64)
+    ptrs = base + tok[:, None] * stride_t + h * stride_h + tl.arange(0, HEAD_DIM)[None, :]
+    return ptrs, (rows < n)[:, None]
 
 
 @triton.jit
-def _load_operand(
-    base,
-    tok,
-    h,
-    stride_t,
-    stride_h,
-    cols,
-    row_ok,
-    sin,
-    cos,
-    ROTATE: tl.constexpr,
-    DT: tl.constexpr,
-    IS_BF16: tl.constexpr,
-    SPLIT: tl.constexpr,
-    BLOCK: tl.constexpr,
-    HALF: tl.constexpr,
-    INTERPRET: tl.constexpr,
-):
-    """Load a (BLOCK, D) tile; rotated tiles come back as hi/lo halves in DT."""
-    x = tl.load(_tile_ptrs(base, tok, h, stride_t, stride_h, cols), mask=row_ok[:, None], other=0.0)
+def _load(tile):
+    ptrs, mask = tile
+    return tl.load(ptrs, mask=mask, other=0.0)
+
+
+@triton.jit
+def _load_sinu(SIN, start, n, stride_st, ROTARY: tl.constexpr, BLOCK: tl.constexpr,
+               HALF: tl.constexpr):
+    """(BLOCK, HALF) fp32 sin and cos of the block's tokens (zeros when ROTARY is off)."""
+    sin = tl.zeros((BLOCK, HALF), dtype=tl.float32)
+    cos = sin
+    if ROTARY:
+        ptrs, mask = _tile(SIN, start, n, start, stride_st, 0, BLOCK, HALF)  # h * 0 = 0
+        sin = tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)
+        cos = tl.load(ptrs + HALF, mask=mask, other=0.0).to(tl.float32)
+    return sin, cos
+
+
+@triton.jit
+def _operand(x, sin, cos, ROTATE: tl.constexpr, SPLIT: tl.constexpr, IS_BF16: tl.constexpr,
+             BLOCK: tl.constexpr, HALF: tl.constexpr, INTERPRET: tl.constexpr):
+    """A loaded (BLOCK, D) tile as an MMA operand: rotated tiles come back as hi/lo halves."""
     if ROTATE:
         xr = _rotate(x.to(tl.float32), sin, cos, False, BLOCK, HALF)
         if SPLIT:
-            hi, lo = _split(xr, DT, IS_BF16, INTERPRET)
+            hi, lo = _split(xr, x.dtype, IS_BF16, INTERPRET)
         else:
-            hi = xr.to(DT)
+            hi = xr.to(x.dtype)
             lo = hi
         return hi, lo
     return x, x
 
 
 @triton.jit
-def _load_sinu(
-    SIN, tok, stride_st, row_ok, ROTARY: tl.constexpr, BLOCK: tl.constexpr, HALF: tl.constexpr
-):
-    """(BLOCK, HALF) fp32 sin and cos of the block's tokens (zeros when ROTARY is off)."""
-    sin = tl.zeros((BLOCK, HALF), dtype=tl.float32)
-    cos = sin
-    if ROTARY:
-        sp = SIN + tok.to(tl.int64)[:, None] * stride_st + tl.arange(0, HALF)[None, :]
-        sin = tl.load(sp, mask=row_ok[:, None], other=0.0).to(tl.float32)
-        cos = tl.load(sp + HALF, mask=row_ok[:, None], other=0.0).to(tl.float32)
-    return sin, cos
-
-
-@triton.jit
-def _scores_to_probs(
-    q_hi,
-    q_lo,
-    k_hi,
-    k_lo,
-    n,
-    keys,
-    qk_scale,
-    LO: tl.constexpr,
-    IEEE: tl.constexpr,
-    INTERPRET: tl.constexpr,
-    BLOCK: tl.constexpr,
-):
+def _probs(q_hi, q_lo, k_hi, k_lo, n, qk_scale, LO: tl.constexpr, IEEE: tl.constexpr,
+           INTERPRET: tl.constexpr, BLOCK: tl.constexpr):
     """P = softmax over the n valid keys of scale * q k^T, normalised in fp32."""
     s = tl.zeros((BLOCK, BLOCK), dtype=tl.float32)
     s = _mma_split(q_hi, q_lo, tl.trans(k_hi), tl.trans(k_lo), s, LO, LO, IEEE, INTERPRET)
-    s = tl.where((keys < n)[None, :], s * qk_scale, float("-inf"))  # log2 domain
+    s = tl.where((tl.arange(0, BLOCK) < n)[None, :], s * qk_scale, float("-inf"))  # log2 domain
     m = tl.max(s, axis=1)
     p = tl.math.exp2(s - m[:, None])
     return p / tl.sum(p, axis=1)[:, None]
+
+
+@triton.jit
+def _store(tile, x, sin, cos, ROTATE: tl.constexpr, IS_BF16: tl.constexpr, BLOCK: tl.constexpr,
+           HALF: tl.constexpr, INTERPRET: tl.constexpr):
+    """Store an fp32 tile, first rotated back (transpose rotation) if ROTATE."""
+    if ROTATE:
+        x = _rotate(x, sin, cos, True, BLOCK, HALF)
+    ptrs, mask = tile
+    tl.store(ptrs, _round_to(x, ptrs.dtype.element_ty, IS_BF16, INTERPRET), mask=mask)
 
 
 # ----------------------------------------------------------------------------- forward
 
 
 @triton.jit
-def _fwd_tile(
-    tile,
-    Q,
-    K,
-    V,
-    O,
-    SIN,
-    tile_start,
-    tile_len,
-    n_tiles,
-    stride_qt,
-    stride_qh,
-    stride_kt,
-    stride_kh,
-    stride_vt,
-    stride_vh,
-    stride_ot,
-    stride_oh,
-    stride_st,
-    qk_scale,
-    H: tl.constexpr,
-    HEAD_DIM: tl.constexpr,
-    BLOCK: tl.constexpr,
-    ROTARY: tl.constexpr,
-    ROTATE_V: tl.constexpr,
-    SPLIT: tl.constexpr,
-    IS_BF16: tl.constexpr,
-    IEEE: tl.constexpr,
-    INTERPRET: tl.constexpr,
-):
-    DT: tl.constexpr = Q.dtype.element_ty
+def _fwd_tile(tile, Q, K, V, O, SIN, tile_start, tile_len, n_tiles,
+              stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
+              stride_ot, stride_oh, stride_st, qk_scale,
+              H: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr,
+              ROTARY: tl.constexpr, ROTATE_V: tl.constexpr, SPLIT: tl.constexpr,
+              IS_BF16: tl.constexpr, IEEE: tl.constexpr, INTERPRET: tl.constexpr):
     HALF: tl.constexpr = HEAD_DIM // 2
-    rows = tl.arange(0, BLOCK)
-    cols = tl.arange(0, HEAD_DIM)
     blk = tile // H
     h = tile % H
     n = tl.load(tile_len + blk, mask=tile < n_tiles, other=0)
     if n > 0:
-        tok = tl.load(tile_start + blk) + rows
-        row_ok = rows < n
-        sin, cos = _load_sinu(SIN, tok, stride_st, row_ok, ROTARY, BLOCK, HALF)
-        q_hi, q_lo = _load_operand(
-            Q,
-            tok,
-            h,
-            stride_qt,
-            stride_qh,
-            cols,
-            row_ok,
-            sin,
-            cos,
-            ROTARY,
-            DT,
-            IS_BF16,
-            SPLIT,
-            BLOCK,
-            HALF,
-            INTERPRET,
-        )
-        k_hi, k_lo = _load_operand(
-            K,
-            tok,
-            h,
-            stride_kt,
-            stride_kh,
-            cols,
-            row_ok,
-            sin,
-            cos,
-            ROTARY,
-            DT,
-            IS_BF16,
-            SPLIT,
-            BLOCK,
-            HALF,
-            INTERPRET,
-        )
-        v_hi, v_lo = _load_operand(
-            V,
-            tok,
-            h,
-            stride_vt,
-            stride_vh,
-            cols,
-            row_ok,
-            sin,
-            cos,
-            ROTATE_V,
-            DT,
-            IS_BF16,
-            SPLIT,
-            BLOCK,
-            HALF,
-            INTERPRET,
-        )
-        p = _scores_to_probs(
-            q_hi, q_lo, k_hi, k_lo, n, rows, qk_scale, ROTARY and SPLIT, IEEE, INTERPRET, BLOCK
-        )
+        start = tl.load(tile_start + blk)
+        q = _load(_tile(Q, start, n, h, stride_qt, stride_qh, BLOCK, HEAD_DIM))
+        k = _load(_tile(K, start, n, h, stride_kt, stride_kh, BLOCK, HEAD_DIM))
+        v = _load(_tile(V, start, n, h, stride_vt, stride_vh, BLOCK, HEAD_DIM))
+        sin, cos = _load_sinu(SIN, start, n, stride_st, ROTARY, BLOCK, HALF)
+        q_hi, q_lo = _operand(q, sin, cos, ROTARY, SPLIT, IS_BF16, BLOCK, HALF, INTERPRET)
+        k_hi, k_lo = _operand(k, sin, cos, ROTARY, SPLIT, IS_BF16, BLOCK, HALF, INTERPRET)
+        p = _probs(q_hi, q_lo, k_hi, k_lo, n, qk_scale, ROTARY and SPLIT, IEEE, INTERPRET, BLOCK)
+        # V is rotated only now, after q/k are dead, to keep register pressure down.
+        v_hi, v_lo = _operand(v, sin, cos, ROTATE_V, SPLIT, IS_BF16, BLOCK, HALF, INTERPRET)
         acc = tl.zeros((BLOCK, HEAD_DIM), dtype=tl.float32)
         if SPLIT:
-            p_hi, p_lo = _split(p, DT, IS_BF16, INTERPRET)
+            p_hi, p_lo = _split(p, q.dtype, IS_BF16, INTERPRET)
             acc = _mma_split(p_hi, p_lo, v_hi, v_lo, acc, True, ROTATE_V, IEEE, INTERPRET)
         else:
-            acc = _mma(p.to(DT), v_hi, acc, IEEE, INTERPRET)
-        o_ptrs = _tile_ptrs(O, tok, h, stride_ot, stride_oh, cols)
-        tl.store(o_ptrs, _round_to(acc, DT, IS_BF16, INTERPRET), mask=row_ok[:, None])
+            acc = _mma(p.to(q.dtype), v_hi, acc, IEEE, INTERPRET)
+        _store(_tile(O, start, n, h, stride_ot, stride_oh, BLOCK, HEAD_DIM), acc, sin, cos,
+               False, IS_BF16, BLOCK, HALF, INTERPRET)
 
 
 @triton.jit
-def _fwd_kernel(
-    Q,
-    K,
-    V,
-    O,
-    SIN,
-    tile_start,
-    tile_len,
-    n_tiles,
-    n_programs,
-    tiles_per_program,
-    stride_qt,
-    stride_qh,
-    stride_kt,
-    stride_kh,
-    stride_vt,
-    stride_vh,
-    stride_ot,
-    stride_oh,
-    stride_st,
-    qk_scale,
-    H: tl.constexpr,
-    HEAD_DIM: tl.constexpr,
-    BLOCK: tl.constexpr,
-    ROTARY: tl.constexpr,
-    ROTATE_V: tl.constexpr,
-    SPLIT: tl.constexpr,
-    IS_BF16: tl.constexpr,
-    IEEE: tl.constexpr,
-    INTERPRET: tl.constexpr,
-):
+def _fwd_kernel(Q, K, V, O, SIN, tile_start, tile_len, n_tiles, n_programs, tiles_per_program,
+                stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
+                stride_ot, stride_oh, stride_st, qk_scale,
+                H: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr,
+                ROTARY: tl.constexpr, ROTATE_V: tl.constexpr, SPLIT: tl.constexpr,
+                IS_BF16: tl.constexpr, IEEE: tl.constexpr, INTERPRET: tl.constexpr):
     pid = tl.program_id(0)
     if INTERPRET:
         # One tile per program: the interpreter cannot take a runtime loop bound under
         # numpy >= 2.4 (it converts a 1-element array to int). Same tile code as the GPU path.
-        _fwd_tile(
-            pid,
-            Q,
-            K,
-            V,
-            O,
-            SIN,
-            tile_start,
-            tile_len,
-            n_tiles,
-            stride_qt,
-            stride_qh,
-            stride_kt,
-            stride_kh,
-            stride_vt,
-            stride_vh,
-            stride_ot,
-            stride_oh,
-            stride_st,
-            qk_scale,
-            H,
-            HEAD_DIM,
-            BLOCK,
-            ROTARY,
-            ROTATE_V,
-            SPLIT,
-            IS_BF16,
-            IEEE,
-            INTERPRET,
-        )
+        _fwd_tile(pid, Q, K, V, O, SIN, tile_start, tile_len, n_tiles,
+                  stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
+                  stride_ot, stride_oh, stride_st, qk_scale,
+                  H, HEAD_DIM, BLOCK, ROTARY, ROTATE_V, SPLIT, IS_BF16, IEEE, INTERPRET)
     else:
         for i in tl.range(0, tiles_per_program):
             # Round-robin: programs pid, pid+1, ... take neighbouring tiles (a block's heads).
-            _fwd_tile(
-                pid + i * n_programs,
-                Q,
-                K,
-                V,
-                O,
-                SIN,
-                tile_start,
-                tile_len,
-                n_tiles,
-                stride_qt,
-                stride_qh,
-                stride_kt,
-                stride_kh,
-                stride_vt,
-                stride_vh,
-                stride_ot,
-                stride_oh,
-                stride_st,
-                qk_scale,
-                H,
-                HEAD_DIM,
-                BLOCK,
-                ROTARY,
-                ROTATE_V,
-                SPLIT,
-                IS_BF16,
-                IEEE,
-                INTERPRET,
-            )
+            _fwd_tile(pid + i * n_programs, Q, K, V, O, SIN, tile_start, tile_len, n_tiles,
+                      stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
+                      stride_ot, stride_oh, stride_st, qk_scale,
+                      H, HEAD_DIM, BLOCK, ROTARY, ROTATE_V, SPLIT, IS_BF16, IEEE, INTERPRET)
 
 
 # ----------------------------------------------------------------------------- backward
 
 
 @triton.jit
-def _bwd_tile(
-    tile,
-    Q,
-    K,
-    V,
-    DO,
-    DQ,
-    DK,
-    DV,
-    SIN,
-    tile_start,
-    tile_len,
-    n_tiles,
-    stride_qt,
-    stride_qh,
-    stride_kt,
-    stride_kh,
-    stride_vt,
-    stride_vh,
-    stride_dot,
-    stride_doh,
-    stride_dqt,
-    stride_dqh,
-    stride_dkt,
-    stride_dkh,
-    stride_dvt,
-    stride_dvh,
-    stride_st,
-    qk_scale,
-    sm_scale,
-    H: tl.constexpr,
-    HEAD_DIM: tl.constexpr,
-    BLOCK: tl.constexpr,
-    ROTARY: tl.constexpr,
-    ROTATE_V: tl.constexpr,
-    SPLIT: tl.constexpr,
-    IS_BF16: tl.constexpr,
-    IEEE: tl.constexpr,
-    INTERPRET: tl.constexpr,
-):
-    DT: tl.constexpr = Q.dtype.element_ty
+def _bwd_tile(tile, Q, K, V, DO, DQ, DK, DV, SIN, tile_start, tile_len, n_tiles,
+              stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
+              stride_dot, stride_doh, stride_dqt, stride_dqh, stride_dkt, stride_dkh,
+              stride_dvt, stride_dvh, stride_st, qk_scale, sm_scale,
+              H: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr,
+              ROTARY: tl.constexpr, ROTATE_V: tl.constexpr, SPLIT: tl.constexpr,
+              IS_BF16: tl.constexpr, IEEE: tl.constexpr, INTERPRET: tl.constexpr):
     HALF: tl.constexpr = HEAD_DIM // 2
-    rows = tl.arange(0, BLOCK)
-    cols = tl.arange(0, HEAD_DIM)
+    QK_LO: tl.constexpr = ROTARY and SPLIT
+    V_LO: tl.constexpr = ROTATE_V and SPLIT
     blk = tile // H
     h = tile % H
     n = tl.load(tile_len + blk, mask=tile < n_tiles, other=0)
     if n > 0:
-        tok = tl.load(tile_start + blk) + rows
-        row_ok = rows < n
-        sin, cos = _load_sinu(SIN, tok, stride_st, row_ok, ROTARY, BLOCK, HALF)
-        q_hi, q_lo = _load_operand(
-            Q,
-            tok,
-            h,
-            stride_qt,
-            stride_qh,
-            cols,
-            row_ok,
-            sin,
-            cos,
-            ROTARY,
-            DT,
-            IS_BF16,
-            SPLIT,
-            BLOCK,
-            HALF,
-            INTERPRET,
-        )
-        k_hi, k_lo = _load_operand(
-            K,
-            tok,
-            h,
-            stride_kt,
-            stride_kh,
-            cols,
-            row_ok,
-            sin,
-            cos,
-            ROTARY,
-            DT,
-            IS_BF16,
-            SPLIT,
-            BLOCK,
-            HALF,
-            INTERPRET,
-        )
-        v_hi, v_lo = _load_operand(
-            V,
-            tok,
-            h,
-            stride_vt,
-            stride_vh,
-            cols,
-            row_ok,
-            sin,
-            cos,
-            ROTATE_V,
-            DT,
-            IS_BF16,
-            SPLIT,
-            BLOCK,
-            HALF,
-            INTERPRET,
-        )
-        do = tl.load(
-            _tile_ptrs(DO, tok, h, stride_dot, stride_doh, cols), mask=row_ok[:, None], other=0.0
-        )
-        QK_LO: tl.constexpr = ROTARY and SPLIT
-        V_LO: tl.constexpr = ROTATE_V and SPLIT
-        p = _scores_to_probs(
-            q_hi, q_lo, k_hi, k_lo, n, rows, qk_scale, QK_LO, IEEE, INTERPRET, BLOCK
-        )
+        start = tl.load(tile_start + blk)
+        q = _load(_tile(Q, start, n, h, stride_qt, stride_qh, BLOCK, HEAD_DIM))
+        k = _load(_tile(K, start, n, h, stride_kt, stride_kh, BLOCK, HEAD_DIM))
+        v = _load(_tile(V, start, n, h, stride_vt, stride_vh, BLOCK, HEAD_DIM))
+        do = _load(_tile(DO, start, n, h, stride_dot, stride_doh, BLOCK, HEAD_DIM))
+        sin, cos = _load_sinu(SIN, start, n, stride_st, ROTARY, BLOCK, HALF)
+        q_hi, q_lo = _operand(q, sin, cos, ROTARY, SPLIT, IS_BF16, BLOCK, HALF, INTERPRET)
+        k_hi, k_lo = _operand(k, sin, cos, ROTARY, SPLIT, IS_BF16, BLOCK, HALF, INTERPRET)
+        p = _probs(q_hi, q_lo, k_hi, k_lo, n, qk_scale, QK_LO, IEEE, INTERPRET, BLOCK)
         # dP = dO V^T; Di = rowsum(P * dP) in-tile (no stored O, no preprocessing pass).
+        v_hi, v_lo = _operand(v, sin, cos, ROTATE_V, SPLIT, IS_BF16, BLOCK, HALF, INTERPRET)
         dp = tl.zeros((BLOCK, BLOCK), dtype=tl.float32)
         dp = _mma_split(do, do, tl.trans(v_hi), tl.trans(v_lo), dp, False, V_LO, IEEE, INTERPRET)
-        di = tl.sum(p * dp, axis=1)
-        ds = p * (dp - di[:, None])  # padded query rows have dO = 0, so dS rows are 0
-        dv = tl.zeros((BLOCK, HEAD_DIM), dtype=tl.float32)
-        dq = tl.zeros((BLOCK, HEAD_DIM), dtype=tl.float32)
-        dk = tl.zeros((BLOCK, HEAD_DIM), dtype=tl.float32)
+        ds = p * (dp - tl.sum(p * dp, axis=1)[:, None])  # padded rows: dO = 0, so dS = 0
+        # Each gradient is stored as soon as it is complete, so only one (BLOCK, D) fp32
+        # accumulator is live at a time.
+        acc = tl.zeros((BLOCK, HEAD_DIM), dtype=tl.float32)
         if SPLIT:
-            p_hi, p_lo = _split(p, DT, IS_BF16, INTERPRET)
-            ds_hi, ds_lo = _split(ds, DT, IS_BF16, INTERPRET)
-            dv = _mma_split(
-                tl.trans(p_hi), tl.trans(p_lo), do, do, dv, True, False, IEEE, INTERPRET
-            )
-            dq = _mma_split(ds_hi, ds_lo, k_hi, k_lo, dq, True, QK_LO, IEEE, INTERPRET)
-            dk = _mma_split(
-                tl.trans(ds_hi), tl.trans(ds_lo), q_hi, q_lo, dk, True, QK_LO, IEEE, INTERPRET
-            )
+            p_hi, p_lo = _split(p, q.dtype, IS_BF16, INTERPRET)
+            acc = _mma_split(tl.trans(p_hi), tl.trans(p_lo), do, do, acc, True, False, IEEE,
+                             INTERPRET)
         else:
-            dv = _mma(tl.trans(p.to(DT)), do, dv, IEEE, INTERPRET)
-            dq = _mma(ds.to(DT), k_hi, dq, IEEE, INTERPRET)
-            dk = _mma(tl.trans(ds.to(DT)), q_hi, dk, IEEE, INTERPRET)
-        dq = dq * sm_scale
-        dk = dk * sm_scale
-        if ROTARY:  # gradients w.r.t. the un-rotated inputs: the transpose rotation
-            dq = _rotate(dq, sin, cos, True, BLOCK, HALF)
-            dk = _rotate(dk, sin, cos, True, BLOCK, HALF)
-        if ROTATE_V:
-            dv = _rotate(dv, sin, cos, True, BLOCK, HALF)
-        m = row_ok[:, None]
-        tl.store(
-            _tile_ptrs(DQ, tok, h, stride_dqt, stride_dqh, cols),
-            _round_to(dq, DT, IS_BF16, INTERPRET),
-            mask=m,
-        )
-        tl.store(
-            _tile_ptrs(DK, tok, h, stride_dkt, stride_dkh, cols),
-            _round_to(dk, DT, IS_BF16, INTERPRET),
-            mask=m,
-        )
-        tl.store(
-            _tile_ptrs(DV, tok, h, stride_dvt, stride_dvh, cols),
-            _round_to(dv, DT, IS_BF16, INTERPRET),
-            mask=m,
-        )
+            acc = _mma(tl.trans(p.to(q.dtype)), do, acc, IEEE, INTERPRET)
+        _store(_tile(DV, start, n, h, stride_dvt, stride_dvh, BLOCK, HEAD_DIM), acc, sin, cos,
+               ROTATE_V, IS_BF16, BLOCK, HALF, INTERPRET)
+        if SPLIT:
+            ds_hi, ds_lo = _split(ds, q.dtype, IS_BF16, INTERPRET)
+        else:
+            ds_hi = ds.to(q.dtype)
+            ds_lo = ds_hi
+        acc = tl.zeros((BLOCK, HEAD_DIM), dtype=tl.float32)
+        acc = _mma_split(ds_hi, ds_lo, k_hi, k_lo, acc, SPLIT, QK_LO, IEEE, INTERPRET)
+        _store(_tile(DQ, start, n, h, stride_dqt, stride_dqh, BLOCK, HEAD_DIM), acc * sm_scale,
+               sin, cos, ROTARY, IS_BF16, BLOCK, HALF, INTERPRET)
+        acc = tl.zeros((BLOCK, HEAD_DIM), dtype=tl.float32)
+        acc = _mma_split(tl.trans(ds_hi), tl.trans(ds_lo), q_hi, q_lo, acc, SPLIT, QK_LO, IEEE,
+                         INTERPRET)
+        _store(_tile(DK, start, n, h, stride_dkt, stride_dkh, BLOCK, HEAD_DIM), acc * sm_scale,
+               sin, cos, ROTARY, IS_BF16, BLOCK, HALF, INTERPRET)
 
 
 @triton.jit
-def _bwd_kernel(
-    Q,
-    K,
-    V,
-    DO,
-    DQ,
-    DK,
-    DV,
-    SIN,
-    tile_start,
-    tile_len,
-    n_tiles,
-    n_programs,
-    tiles_per_program,
-    stride_qt,
-    stride_qh,
-    stride_kt,
-    stride_kh,
-    stride_vt,
-    stride_vh,
-    stride_dot,
-    stride_doh,
-    stride_dqt,
-    stride_dqh,
-    stride_dkt,
-    stride_dkh,
-    stride_dvt,
-    stride_dvh,
-    stride_st,
-    qk_scale,
-    sm_scale,
-    H: tl.constexpr,
-    HEAD_DIM: tl.constexpr,
-    BLOCK: tl.constexpr,
-    ROTARY: tl.constexpr,
-    ROTATE_V: tl.constexpr,
-    SPLIT: tl.constexpr,
-    IS_BF16: tl.constexpr,
-    IEEE: tl.constexpr,
-    INTERPRET: tl.constexpr,
-):
+def _bwd_kernel(Q, K, V, DO, DQ, DK, DV, SIN,
+                tile_start, tile_len, n_tiles, n_programs, tiles_per_program,
+                stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
+                stride_dot, stride_doh, stride_dqt, stride_dqh, stride_dkt, stride_dkh,
+                stride_dvt, stride_dvh, stride_st, qk_scale, sm_scale,
+                H: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr,
+                ROTARY: tl.constexpr, ROTATE_V: tl.constexpr, SPLIT: tl.constexpr,
+                IS_BF16: tl.constexpr, IEEE: tl.constexpr, INTERPRET: tl.constexpr):
     pid = tl.program_id(0)
     if INTERPRET:  # one tile per program, as in _fwd_kernel
-        _bwd_tile(
-            pid,
-            Q,
-            K,
-            V,
-            DO,
-            DQ,
-            DK,
-            DV,
-            SIN,
-            tile_start,
-            tile_len,
-            n_tiles,
-            stride_qt,
-            stride_qh,
-            stride_kt,
-            stride_kh,
-            stride_vt,
-            stride_vh,
-            stride_dot,
-            stride_doh,
-            stride_dqt,
-            stride_dqh,
-            stride_dkt,
-            stride_dkh,
-            stride_dvt,
-            stride_dvh,
-            stride_st,
-            qk_scale,
-            sm_scale,
-            H,
-            HEAD_DIM,
-            BLOCK,
-            ROTARY,
-            ROTATE_V,
-            SPLIT,
-            IS_BF16,
-            IEEE,
-            INTERPRET,
-        )
+        _bwd_tile(pid, Q, K, V, DO, DQ, DK, DV, SIN, tile_start, tile_len, n_tiles,
+                  stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
+                  stride_dot, stride_doh, stride_dqt, stride_dqh, stride_dkt, stride_dkh,
+                  stride_dvt, stride_dvh, stride_st, qk_scale, sm_scale,
+                  H, HEAD_DIM, BLOCK, ROTARY, ROTATE_V, SPLIT, IS_BF16, IEEE, INTERPRET)
     else:
         for i in tl.range(0, tiles_per_program):
-            _bwd_tile(
-                pid + i * n_programs,
-                Q,
-                K,
-                V,
-                DO,
-                DQ,
-                DK,
-                DV,
-                SIN,
-                tile_start,
-                tile_len,
-                n_tiles,
-                stride_qt,
-                stride_qh,
-                stride_kt,
-                stride_kh,
-                stride_vt,
-                stride_vh,
-                stride_dot,
-                stride_doh,
-                stride_dqt,
-                stride_dqh,
-                stride_dkt,
-                stride_dkh,
-                stride_dvt,
-                stride_dvh,
-                stride_st,
-                qk_scale,
-                sm_scale,
-                H,
-                HEAD_DIM,
-                BLOCK,
-                ROTARY,
-                ROTATE_V,
-                SPLIT,
-                IS_BF16,
-                IEEE,
-                INTERPRET,
-            )
+            _bwd_tile(pid + i * n_programs, Q, K, V, DO, DQ, DK, DV, SIN,
+                      tile_start, tile_len, n_tiles,
+                      stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
+                      stride_dot, stride_doh, stride_dqt, stride_dqh, stride_dkt, stride_dkh,
+                      stride_dvt, stride_dvh, stride_st, qk_scale, sm_scale,
+                      H, HEAD_DIM, BLOCK, ROTARY, ROTATE_V, SPLIT, IS_BF16, IEEE, INTERPRET)
 
 
 # ----------------------------------------------------------------------------- launchers
 
 _SPLIT_DTYPES = (torch.bfloat16, torch.float16)
-# Programs per SM for the persistent grid: enough resident tiles to keep loads in flight.
-_PROGRAMS_PER_SM = {"fwd": 4, "bwd": 2}
-_NUM_WARPS = {"fwd": 4, "bwd": 8}
 
 
-def _grid_size(n_tiles: int, device: torch.device, which: str) -> int:
+@dataclass(frozen=True)
+class LaunchConfig:
+    num_warps: int
+    num_stages: int
+    programs_per_sm: int  # persistent grid size per SM; 0 = one program per tile
+
+
+# Chosen on an H200 by benchmarks/tune.py (see benchmarks/README.md); keys: (kernel, rotary).
+CONFIGS: dict[tuple[str, bool], LaunchConfig] = {
+    ("fwd", False): LaunchConfig(num_warps=4, num_stages=2, programs_per_sm=4),
+    ("fwd", True): LaunchConfig(num_warps=4, num_stages=2, programs_per_sm=4),
+    ("bwd", False): LaunchConfig(num_warps=8, num_stages=2, programs_per_sm=2),
+    ("bwd", True): LaunchConfig(num_warps=8, num_stages=2, programs_per_sm=2),
+}
+
+
+def launch_config(kernel: str, rotary: bool) -> LaunchConfig:
+    return CONFIGS[(kernel, rotary)]
+
+
+def _grid_size(n_tiles: int, device: torch.device, cfg: LaunchConfig) -> int:
     if n_tiles == 0:
         return 0
-    if INTERPRET:
-        return n_tiles  # one tile per program (see _fwd_kernel)
+    if INTERPRET or cfg.programs_per_sm == 0:
+        return n_tiles  # one tile per program (always so under the interpreter, see _fwd_kernel)
     sms = torch.cuda.get_device_properties(device).multi_processor_count
-    return min(n_tiles, sms * _PROGRAMS_PER_SM[which])
+    return min(n_tiles, sms * cfg.programs_per_sm)
 
 
 def _flags(q: torch.Tensor, sinu_pos: torch.Tensor | None, rotate_v: bool) -> dict:
@@ -710,112 +354,51 @@ def _flags(q: torch.Tensor, sinu_pos: torch.Tensor | None, rotate_v: bool) -> di
     )
 
 
-def attention_fwd(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    table: TileTable,
-    sinu_pos: torch.Tensor | None,
-    scale: float,
-    block_size: int,
-    rotate_v: bool,
-    out: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """Forward launch on validated inputs (last dim contiguous). Returns O (T, H, D)."""
+def attention_fwd(q: Tensor, k: Tensor, v: Tensor, table: TileTable, sinu_pos: Tensor | None,
+                  scale: float, block_size: int, rotate_v: bool,
+                  out: Tensor | None = None) -> Tensor:
+    """Forward launch on validated inputs (unit stride along D). Returns O (T, H, D)."""
     T, H, D = q.shape
     o = torch.empty((T, H, D), dtype=q.dtype, device=q.device) if out is None else out
+    cfg = launch_config("fwd", sinu_pos is not None)
     n_tiles = table.n_slots * H
-    grid = _grid_size(n_tiles, q.device, "fwd")
+    grid = _grid_size(n_tiles, q.device, cfg)
     if grid == 0:
         return o
     sin = sinu_pos if sinu_pos is not None else q  # dummy pointer when ROTARY is off
     _fwd_kernel[(grid,)](
-        q,
-        k,
-        v,
-        o,
-        sin,
-        table.start,
-        table.length,
-        n_tiles,
-        grid,
-        triton.cdiv(n_tiles, grid),
-        q.stride(0),
-        q.stride(1),
-        k.stride(0),
-        k.stride(1),
-        v.stride(0),
-        v.stride(1),
-        o.stride(0),
-        o.stride(1),
-        sin.stride(0),
-        scale * LOG2E,
-        H=H,
-        HEAD_DIM=D,
-        BLOCK=max(16, triton.next_power_of_2(block_size)),
-        num_warps=_NUM_WARPS["fwd"],
-        **_flags(q, sinu_pos, rotate_v),
-    )
+        q, k, v, o, sin, table.start, table.length, n_tiles, grid, triton.cdiv(n_tiles, grid),
+        q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
+        o.stride(0), o.stride(1), sin.stride(0), scale * LOG2E,
+        H=H, HEAD_DIM=D, BLOCK=max(16, triton.next_power_of_2(block_size)),
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **_flags(q, sinu_pos, rotate_v),
+    )  # fmt: skip
     return o
 
 
-def attention_bwd(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    grad_out: torch.Tensor,
-    table: TileTable,
-    sinu_pos: torch.Tensor | None,
-    scale: float,
-    block_size: int,
-    rotate_v: bool,
-    grads: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def attention_bwd(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor, table: TileTable,
+                  sinu_pos: Tensor | None, scale: float, block_size: int, rotate_v: bool,
+                  grads: tuple[Tensor, Tensor, Tensor] | None = None,
+                  ) -> tuple[Tensor, Tensor, Tensor]:
     """Backward launch. Returns (dq, dk, dv) w.r.t. the un-rotated q, k, v."""
     T, H, D = q.shape
     if grads is None:
         grads = tuple(torch.empty((T, H, D), dtype=q.dtype, device=q.device) for _ in range(3))
     dq, dk, dv = grads
+    cfg = launch_config("bwd", sinu_pos is not None)
     n_tiles = table.n_slots * H
-    grid = _grid_size(n_tiles, q.device, "bwd")
+    grid = _grid_size(n_tiles, q.device, cfg)
     if grid == 0:
         return dq, dk, dv
     sin = sinu_pos if sinu_pos is not None else q
     _bwd_kernel[(grid,)](
-        q,
-        k,
-        v,
-        grad_out,
-        dq,
-        dk,
-        dv,
-        sin,
-        table.start,
-        table.length,
-        n_tiles,
-        grid,
-        triton.cdiv(n_tiles, grid),
-        q.stride(0),
-        q.stride(1),
-        k.stride(0),
-        k.stride(1),
-        v.stride(0),
-        v.stride(1),
-        grad_out.stride(0),
-        grad_out.stride(1),
-        dq.stride(0),
-        dq.stride(1),
-        dk.stride(0),
-        dk.stride(1),
-        dv.stride(0),
-        dv.stride(1),
-        sin.stride(0),
-        scale * LOG2E,
-        scale,
-        H=H,
-        HEAD_DIM=D,
-        BLOCK=max(16, triton.next_power_of_2(block_size)),
-        num_warps=_NUM_WARPS["bwd"],
-        **_flags(q, sinu_pos, rotate_v),
-    )
+        q, k, v, grad_out, dq, dk, dv, sin,
+        table.start, table.length, n_tiles, grid, triton.cdiv(n_tiles, grid),
+        q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
+        grad_out.stride(0), grad_out.stride(1), dq.stride(0), dq.stride(1),
+        dk.stride(0), dk.stride(1), dv.stride(0), dv.stride(1), sin.stride(0),
+        scale * LOG2E, scale,
+        H=H, HEAD_DIM=D, BLOCK=max(16, triton.next_power_of_2(block_size)),
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **_flags(q, sinu_pos, rotate_v),
+    )  # fmt: skip
     return dq, dk, dv
