@@ -431,14 +431,17 @@ def _flex(case: BenchCase) -> Prepared:
         lo = bstart[first_tok] // BLOCK
         hi = (bend[last_tok] - 1) // BLOCK
         num = (hi - lo + 1).to(torch.int32)
-        idx = (lo[:, None] + torch.arange(3)[None, :]).clamp(max=nq - 1).to(torch.int32)
+        # kv_indices must be nq wide (from_kv_blocks densifies rows to compute the q-side
+        # indices for the backward): only the first `num` entries of a row are read.
+        idx = torch.zeros((nq, nq), dtype=torch.int32, device=dev)
+        idx[:, :3] = (lo[:, None] + torch.arange(3)[None, :]).clamp(max=nq - 1).to(dev)
 
         def same_block(b, h, qi, ki):
             return blk_id[qi] == blk_id[ki]
 
         mask = BlockMask.from_kv_blocks(
             num.view(1, 1, nq).to(dev),
-            idx.view(1, 1, nq, 3).to(dev),
+            idx.view(1, 1, nq, nq),
             BLOCK_SIZE=BLOCK,
             mask_mod=same_block,
             seq_lengths=(T, T),
@@ -446,14 +449,26 @@ def _flex(case: BenchCase) -> Prepared:
         if "fn" not in _FLEX:
             _FLEX["fn"] = torch.compile(flex_attention, dynamic=False)
         fn = _FLEX["fn"]
+        opts: dict[str, int] | None = None
 
         def attn(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
             q4, k4, v4 = (t.transpose(0, 1).unsqueeze(0) for t in (q, k, v))
-            return fn(q4, k4, v4, block_mask=mask, scale=case.scale).squeeze(0).transpose(0, 1)
+            o = fn(q4, k4, v4, block_mask=mask, scale=case.scale, kernel_options=opts)
+            return o.squeeze(0).transpose(0, 1)
 
         leaves = _leaves(case)
-        o_graph = attn(*leaves)
-        torch.autograd.grad(o_graph, leaves, case.do, retain_graph=True)
+        notes = {"BLOCK_SIZE": str(BLOCK), "bwd": "autograd.grad on a retained graph"}
+        try:
+            o_graph = attn(*leaves)
+            torch.autograd.grad(o_graph, leaves, case.do, retain_graph=True)
+        except Exception as exc:
+            # Default tiles (128) must divide the mask's BLOCK_SIZE; record why, retry with 64.
+            notes["default kernel_options failed"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+            opts = {k: BLOCK for k in ("BLOCK_M", "BLOCK_N", "BLOCK_M1", "BLOCK_N1")}
+            opts.update({"BLOCK_M2": BLOCK, "BLOCK_N2": BLOCK})
+            notes["kernel_options"] = "all tile sizes 64"
+            o_graph = attn(*leaves)
+            torch.autograd.grad(o_graph, leaves, case.do, retain_graph=True)
     except Exception as exc:
         raise Unsupported(f"FlexAttention failed: {type(exc).__name__}: {exc}") from exc
 
@@ -465,7 +480,7 @@ def _flex(case: BenchCase) -> Prepared:
         bwd=_grad_fn(o_graph, leaves, case.do, retain=True),
         fwdbwd=fwdbwd,
         rotary=False,
-        notes={"bwd": "autograd.grad on a retained graph", "BLOCK_SIZE": str(BLOCK)},
+        notes=notes,
     )
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import platform
+import re
 import signal
 import subprocess
 import time
@@ -108,7 +109,10 @@ def _git() -> dict[str, Any]:
         except (OSError, subprocess.SubprocessError):
             return ""
 
-    return {"commit": git("rev-parse", "HEAD") or "unknown", "dirty": bool(git("status", "-s"))}
+    commit = os.environ.get("BLOCKATTN_GIT_COMMIT") or git("rev-parse", "HEAD")
+    if not re.fullmatch(r"[0-9a-f]{40}", commit):
+        commit = "unknown (no git checkout; set BLOCKATTN_GIT_COMMIT)"
+    return {"commit": commit, "dirty": bool(git("status", "-s"))}
 
 
 def _meta(cfg: BenchConfig) -> dict[str, Any]:
