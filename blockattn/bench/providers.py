@@ -464,13 +464,16 @@ def _flex(case: BenchCase) -> Prepared:
         except Exception as exc:
             # Default tiles (128) must divide the mask's BLOCK_SIZE; record why, retry with 64.
             notes["default kernel_options failed"] = f"{type(exc).__name__}: {str(exc)[:300]}"
-            opts = {k: BLOCK for k in ("BLOCK_M", "BLOCK_N", "BLOCK_M1", "BLOCK_N1")}
-            opts.update({"BLOCK_M2": BLOCK, "BLOCK_N2": BLOCK})
-            notes["kernel_options"] = "all tile sizes 64"
+            # bwd tiles as in the usual D=128 Hopper config, each dividing 64.
+            opts = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_M1": 32, "BLOCK_N1": 64}
+            opts.update({"BLOCK_M2": 64, "BLOCK_N2": 32})
+            notes["kernel_options"] = str(opts)
             o_graph = attn(*leaves)
             torch.autograd.grad(o_graph, leaves, case.do, retain_graph=True)
     except Exception as exc:
-        raise Unsupported(f"FlexAttention failed: {type(exc).__name__}: {exc}") from exc
+        first = notes.get("default kernel_options failed") if "notes" in locals() else None
+        prior = f" (before that, with default kernel_options: {first})" if first else ""
+        raise Unsupported(f"FlexAttention failed: {type(exc).__name__}: {exc}{prior}") from exc
 
     def fwdbwd() -> Any:
         return torch.autograd.grad(attn(*leaves), leaves, case.do)
