@@ -108,9 +108,7 @@ def test_gate_fails_on_impossibly_tight_tolerances(run_dir: Path, tmp_path: Path
     assert rc == 1 and "max_abs/floor" in out
 
 
-def test_gate_flags_regression_vs_an_earlier_report(
-    run_dir: Path, tmp_path: Path, capsys
-) -> None:
+def test_gate_flags_regression_vs_an_earlier_report(run_dir: Path, tmp_path: Path, capsys) -> None:
     # The kernel's errors sit below min_ratio_to_floor (2 roundings), where v1 ignores growth;
     # lower that threshold so the 4x growth below must be reported.
     doc = copy.deepcopy(tolerances.load(_latest()).data)

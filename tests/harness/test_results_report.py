@@ -1,0 +1,82 @@
+"""results.jsonl streaming: resume skips finished cases, torn lines survive, partial reports."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from blockattn import cli
+from blockattn.harness.results import ResultsWriter, load_records
+from blockattn.harness.runner import run_cases
+from blockattn.harness.spec import CaseSpec
+
+pytest.importorskip("oracles")
+# eager only: these tests are about the plumbing, not the kernel (keeps them ~1 s).
+SPECS = [
+    CaseSpec(seed=21, lengths=(65, 3), H=1, source="fuzz"),
+    CaseSpec(seed=22, variant="rotary", B=3, max_len=80, sparsity=0.4, H=1, source="fuzz"),
+    CaseSpec(seed=23, variant="projection", lengths=(0, 40), H=1, dtype="float16"),
+]
+
+
+def _run(out: Path, specs: list[CaseSpec], **kw) -> tuple[list[dict], list[str]]:
+    seen: list[str] = []
+    recs = run_cases(
+        specs,
+        out,
+        provider_names=["eager"],
+        under_test="eager",
+        baseline="eager",
+        progress=False,
+        on_record=lambda r, _t: seen.append(r["case_id"]),
+        **kw,
+    )
+    return recs, seen
+
+
+def test_resume_runs_only_unfinished_cases(tmp_path: Path) -> None:
+    _, first = _run(tmp_path, SPECS[:2])
+    assert first == [s.case_id for s in SPECS[:2]]
+    with pytest.raises(ValueError, match="--resume"):
+        _run(tmp_path, SPECS)  # refusing to silently append a second run
+    recs, second = _run(tmp_path, SPECS, resume=True)
+    assert second == [SPECS[2].case_id]
+    assert sorted(r["case_id"] for r in recs) == sorted(s.case_id for s in SPECS)
+    lines = (tmp_path / "results.jsonl").read_text().splitlines()
+    assert len(lines) == 3  # append-only: one line per finished case, nothing rewritten
+
+
+def test_torn_last_line_is_skipped_and_isolated(tmp_path: Path) -> None:
+    _run(tmp_path, SPECS[:1])
+    with open(tmp_path / "results.jsonl", "a") as fh:
+        fh.write('{"case_id": "half-writ')  # the run was killed mid-write
+    assert [r["case_id"] for r in load_records(tmp_path)] == [SPECS[0].case_id]
+    with ResultsWriter(tmp_path) as w:  # a resumed writer starts on a fresh line
+        w.write({"case_id": "next", "providers": {}, "spec": {}})
+    assert [r["case_id"] for r in load_records(tmp_path)] == [SPECS[0].case_id, "next"]
+
+
+def test_report_renders_partial_results(tmp_path: Path, capsys) -> None:
+    _run(tmp_path, SPECS[:2])
+    assert not (tmp_path / "report.json").exists()  # run "still going"
+    assert cli.main(["report", str(tmp_path)]) == 0
+    md = (tmp_path / "summary.md").read_text()
+    assert "partial" in md and "| eager | plain | bfloat16 | O | 1 |" in md
+    for name in ("err_vs_sparsity", "err_vs_length", "err_vs_tokens", "err_per_dtype_tensor"):
+        png = tmp_path / "plots" / f"{name}.png"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "<table>" in (tmp_path / "report.html").read_text()
+    assert "(partial)" in capsys.readouterr().out
+
+
+def test_report_on_missing_dir_is_exit_2(tmp_path: Path) -> None:
+    assert cli.main(["report", str(tmp_path / "nothing")]) == 2
+
+
+def test_records_are_strict_json(tmp_path: Path) -> None:
+    _run(tmp_path, SPECS[:1])
+    line = (tmp_path / "results.jsonl").read_text().splitlines()[0]
+    rec = json.loads(line, parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
+    assert rec["providers"]["eager"]["tensors"]["dQ"]["worst"]["token"] >= 0
