@@ -73,6 +73,18 @@ def main(args: argparse.Namespace) -> int:
             progress=not args.no_progress,
         )
     verdicts = [verdict.evaluate(r, tol, ut) for r in records]
+    # Every failure gets a reproducer + replay command judged by *this* tolerance file.
+    from blockattn.harness.runner import write_reproducer
+
+    by_id = {r["case_id"]: r for r in records}
+    for v in verdicts:
+        if not v.passed:
+            rec = by_id[v.case_id]
+            try:
+                cmd = write_reproducer(Path(out), rec, v.failures, str(args.tolerances))
+            except OSError as exc:
+                cmd = f"(could not write reproducer: {exc})"
+            rec["verdict"] = {**rec.get("verdict", {}), "replay": cmd}
     regress: list[tuple[str, str]] = []
     missing_in_baseline = 0
     if baseline_cases is not None:

@@ -48,9 +48,14 @@ def main(args: argparse.Namespace) -> int:
             continue
         for t, m in p["tensors"].items():
             w = m.get("worst") or {}
+            where = ",".join(
+                f"{k}={w[k]}" for k in ("token", "head", "dim", "row", "col") if k in w
+            )
             print(
-                f"  {name:>10} {t:>5}: max_abs {m['max_abs']} err/floor {m['ratio_to_floor']}"
-                f" snr {m['snr_db']} dB nonfinite {m['nonfinite_bad']} worst {w}"
+                f"  {name:>10} {t:>5}: max_abs {_g(m['max_abs'])}  err/floor "
+                f"{_g(m['ratio_to_floor'])}  snr {_g(m['snr_db'])} dB  nan/inf "
+                f"{m['nonfinite_bad']}  worst [{where}] got {w.get('value')} want "
+                f"{_g(w.get('oracle'))}"
             )
     if args.json:
         print(json.dumps(rec, indent=1))
@@ -62,3 +67,7 @@ def main(args: argparse.Namespace) -> int:
         return 0 if v.passed else 1
     bad = any(p["status"] == "error" for p in rec["providers"].values()) or rec["oracle_error"]
     return 1 if bad else 0
+
+
+def _g(x: float | None) -> str:
+    return "inf/nan" if x is None else f"{x:.4g}"

@@ -83,6 +83,8 @@ def test_gate_fails_on_planted_bug(
     rc, out = _gate(["--tolerances", str(tol), "--report", str(run_dir)], capsys)
     assert rc == 1, out
     assert "FAIL" in out and expect in out.split("### Failures")[1]
+    assert "replay: `blockattn replay" in out
+    assert list((run_dir / "repro").glob("*.json"))
 
 
 def test_dk_bug_fails_only_on_dk(run_dir: Path, tmp_path: Path) -> None:
