@@ -129,10 +129,16 @@ def _load_sinu(SIN, start, n, stride_st, ROTARY: tl.constexpr, BLOCK: tl.constex
 
 
 @triton.jit
-def _operand(x, sin, cos, ROTATE: tl.constexpr, SPLIT: tl.constexpr, IS_BF16: tl.constexpr,
-             BLOCK: tl.constexpr, HALF: tl.constexpr, INTERPRET: tl.constexpr):
-    """A loaded (BLOCK, D) tile as an MMA operand: rotated tiles come back as hi/lo halves."""
+def _operand(x, SIN, start, n, stride_st, ROTATE: tl.constexpr, SPLIT: tl.constexpr,
+             IS_BF16: tl.constexpr, BLOCK: tl.constexpr, HALF: tl.constexpr,
+             INTERPRET: tl.constexpr):
+    """A loaded (BLOCK, D) tile as an MMA operand: rotated tiles come back as hi/lo halves.
+
+    sin/cos are read per operand (L1 hits after the first) so the fp32 tables are never live
+    across the whole tile: that is what kept the rotary kernels from spilling.
+    """
     if ROTATE:
+        sin, cos = _load_sinu(SIN, start, n, stride_st, True, BLOCK, HALF)
         xr = _rotate(x.to(tl.float32), sin, cos, False, BLOCK, HALF)
         if SPLIT:
             hi, lo = _split(xr, x.dtype, IS_BF16, INTERPRET)
@@ -156,10 +162,15 @@ def _probs(q_hi, q_lo, k_hi, k_lo, n, qk_scale, LO: tl.constexpr, IEEE: tl.const
 
 
 @triton.jit
-def _store(tile, x, sin, cos, ROTATE: tl.constexpr, IS_BF16: tl.constexpr, BLOCK: tl.constexpr,
-           HALF: tl.constexpr, INTERPRET: tl.constexpr):
-    """Store an fp32 tile, first rotated back (transpose rotation) if ROTATE."""
+def _store(tile, x, SIN, start, n, stride_st, ROTATE: tl.constexpr, IS_BF16: tl.constexpr,
+           BLOCK: tl.constexpr, HALF: tl.constexpr, INTERPRET: tl.constexpr):
+    """Store an fp32 tile, first rotated back (transpose rotation) if ROTATE.
+
+    sin/cos are re-read here (an L1/L2 hit) rather than kept live since the loads: two fp32
+    (BLOCK, HALF) tiles held across the whole backward cost ~64 registers per thread.
+    """
     if ROTATE:
+        sin, cos = _load_sinu(SIN, start, n, stride_st, True, BLOCK, HALF)
         x = _rotate(x, sin, cos, True, BLOCK, HALF)
     ptrs, mask = tile
     tl.store(ptrs, _round_to(x, ptrs.dtype.element_ty, IS_BF16, INTERPRET), mask=mask)
@@ -184,20 +195,22 @@ def _fwd_tile(tile, Q, K, V, O, SIN, tile_start, tile_len, n_tiles,
         q = _load(_tile(Q, start, n, h, stride_qt, stride_qh, BLOCK, HEAD_DIM))
         k = _load(_tile(K, start, n, h, stride_kt, stride_kh, BLOCK, HEAD_DIM))
         v = _load(_tile(V, start, n, h, stride_vt, stride_vh, BLOCK, HEAD_DIM))
-        sin, cos = _load_sinu(SIN, start, n, stride_st, ROTARY, BLOCK, HALF)
-        q_hi, q_lo = _operand(q, sin, cos, ROTARY, SPLIT, IS_BF16, BLOCK, HALF, INTERPRET)
-        k_hi, k_lo = _operand(k, sin, cos, ROTARY, SPLIT, IS_BF16, BLOCK, HALF, INTERPRET)
+        q_hi, q_lo = _operand(q, SIN, start, n, stride_st, ROTARY, SPLIT, IS_BF16,
+                              BLOCK, HALF, INTERPRET)
+        k_hi, k_lo = _operand(k, SIN, start, n, stride_st, ROTARY, SPLIT, IS_BF16,
+                              BLOCK, HALF, INTERPRET)
         p = _probs(q_hi, q_lo, k_hi, k_lo, n, qk_scale, ROTARY and SPLIT, IEEE, INTERPRET, BLOCK)
         # V is rotated only now, after q/k are dead, to keep register pressure down.
-        v_hi, v_lo = _operand(v, sin, cos, ROTATE_V, SPLIT, IS_BF16, BLOCK, HALF, INTERPRET)
+        v_hi, v_lo = _operand(v, SIN, start, n, stride_st, ROTATE_V, SPLIT, IS_BF16,
+                              BLOCK, HALF, INTERPRET)
         acc = tl.zeros((BLOCK, HEAD_DIM), dtype=tl.float32)
         if SPLIT:
             p_hi, p_lo = _split(p, q.dtype, IS_BF16, INTERPRET)
             acc = _mma_split(p_hi, p_lo, v_hi, v_lo, acc, True, ROTATE_V, IEEE, INTERPRET)
         else:
             acc = _mma(p.to(q.dtype), v_hi, acc, IEEE, INTERPRET)
-        _store(_tile(O, start, n, h, stride_ot, stride_oh, BLOCK, HEAD_DIM), acc, sin, cos,
-               False, IS_BF16, BLOCK, HALF, INTERPRET)
+        _store(_tile(O, start, n, h, stride_ot, stride_oh, BLOCK, HEAD_DIM), acc, SIN, start, n,
+               stride_st, False, IS_BF16, BLOCK, HALF, INTERPRET)
 
 
 @triton.jit
@@ -247,12 +260,14 @@ def _bwd_tile(tile, Q, K, V, DO, DQ, DK, DV, SIN, tile_start, tile_len, n_tiles,
         k = _load(_tile(K, start, n, h, stride_kt, stride_kh, BLOCK, HEAD_DIM))
         v = _load(_tile(V, start, n, h, stride_vt, stride_vh, BLOCK, HEAD_DIM))
         do = _load(_tile(DO, start, n, h, stride_dot, stride_doh, BLOCK, HEAD_DIM))
-        sin, cos = _load_sinu(SIN, start, n, stride_st, ROTARY, BLOCK, HALF)
-        q_hi, q_lo = _operand(q, sin, cos, ROTARY, SPLIT, IS_BF16, BLOCK, HALF, INTERPRET)
-        k_hi, k_lo = _operand(k, sin, cos, ROTARY, SPLIT, IS_BF16, BLOCK, HALF, INTERPRET)
+        q_hi, q_lo = _operand(q, SIN, start, n, stride_st, ROTARY, SPLIT, IS_BF16,
+                              BLOCK, HALF, INTERPRET)
+        k_hi, k_lo = _operand(k, SIN, start, n, stride_st, ROTARY, SPLIT, IS_BF16,
+                              BLOCK, HALF, INTERPRET)
         p = _probs(q_hi, q_lo, k_hi, k_lo, n, qk_scale, QK_LO, IEEE, INTERPRET, BLOCK)
         # dP = dO V^T; Di = rowsum(P * dP) in-tile (no stored O, no preprocessing pass).
-        v_hi, v_lo = _operand(v, sin, cos, ROTATE_V, SPLIT, IS_BF16, BLOCK, HALF, INTERPRET)
+        v_hi, v_lo = _operand(v, SIN, start, n, stride_st, ROTATE_V, SPLIT, IS_BF16,
+                              BLOCK, HALF, INTERPRET)
         dp = tl.zeros((BLOCK, BLOCK), dtype=tl.float32)
         dp = _mma_split(do, do, tl.trans(v_hi), tl.trans(v_lo), dp, False, V_LO, IEEE, INTERPRET)
         ds = p * (dp - tl.sum(p * dp, axis=1)[:, None])  # padded rows: dO = 0, so dS = 0
@@ -265,8 +280,8 @@ def _bwd_tile(tile, Q, K, V, DO, DQ, DK, DV, SIN, tile_start, tile_len, n_tiles,
                              INTERPRET)
         else:
             acc = _mma(tl.trans(p.to(q.dtype)), do, acc, IEEE, INTERPRET)
-        _store(_tile(DV, start, n, h, stride_dvt, stride_dvh, BLOCK, HEAD_DIM), acc, sin, cos,
-               ROTATE_V, IS_BF16, BLOCK, HALF, INTERPRET)
+        _store(_tile(DV, start, n, h, stride_dvt, stride_dvh, BLOCK, HEAD_DIM), acc, SIN, start, n,
+               stride_st, ROTATE_V, IS_BF16, BLOCK, HALF, INTERPRET)
         if SPLIT:
             ds_hi, ds_lo = _split(ds, q.dtype, IS_BF16, INTERPRET)
         else:
@@ -275,12 +290,12 @@ def _bwd_tile(tile, Q, K, V, DO, DQ, DK, DV, SIN, tile_start, tile_len, n_tiles,
         acc = tl.zeros((BLOCK, HEAD_DIM), dtype=tl.float32)
         acc = _mma_split(ds_hi, ds_lo, k_hi, k_lo, acc, SPLIT, QK_LO, IEEE, INTERPRET)
         _store(_tile(DQ, start, n, h, stride_dqt, stride_dqh, BLOCK, HEAD_DIM), acc * sm_scale,
-               sin, cos, ROTARY, IS_BF16, BLOCK, HALF, INTERPRET)
+               SIN, start, n, stride_st, ROTARY, IS_BF16, BLOCK, HALF, INTERPRET)
         acc = tl.zeros((BLOCK, HEAD_DIM), dtype=tl.float32)
         acc = _mma_split(tl.trans(ds_hi), tl.trans(ds_lo), q_hi, q_lo, acc, SPLIT, QK_LO, IEEE,
                          INTERPRET)
         _store(_tile(DK, start, n, h, stride_dkt, stride_dkh, BLOCK, HEAD_DIM), acc * sm_scale,
-               sin, cos, ROTARY, IS_BF16, BLOCK, HALF, INTERPRET)
+               SIN, start, n, stride_st, ROTARY, IS_BF16, BLOCK, HALF, INTERPRET)
 
 
 @triton.jit
@@ -321,12 +336,16 @@ class LaunchConfig:
     programs_per_sm: int  # persistent grid size per SM; 0 = one program per tile
 
 
-# Chosen on an H200 by benchmarks/tune.py (see benchmarks/README.md); keys: (kernel, rotary).
+# Chosen on an H200 by benchmarks/tune.py; keys: (kernel, rotary).
 CONFIGS: dict[tuple[str, bool], LaunchConfig] = {
-    ("fwd", False): LaunchConfig(num_warps=4, num_stages=2, programs_per_sm=4),
-    ("fwd", True): LaunchConfig(num_warps=4, num_stages=2, programs_per_sm=4),
-    ("bwd", False): LaunchConfig(num_warps=8, num_stages=2, programs_per_sm=2),
-    ("bwd", True): LaunchConfig(num_warps=8, num_stages=2, programs_per_sm=2),
+    # One program per tile beat every persistent grid size on an H200 at shape P (D=128):
+    # fwd 1.51 vs 1.55 ms (8/SM), bwd 3.52 vs 3.71 ms, rotary bwd 6.97 vs 9.40 ms: the loop over
+    # tiles is not software-pipelined, while independent CTAs overlap one another's loads.
+    # benchmarks/results/tune_d128_h200.json holds the sweep.
+    ("fwd", False): LaunchConfig(num_warps=4, num_stages=1, programs_per_sm=0),
+    ("fwd", True): LaunchConfig(num_warps=4, num_stages=2, programs_per_sm=0),
+    ("bwd", False): LaunchConfig(num_warps=4, num_stages=2, programs_per_sm=0),
+    ("bwd", True): LaunchConfig(num_warps=4, num_stages=2, programs_per_sm=0),
 }
 
 
