@@ -38,6 +38,8 @@ NAMES = ("O", "dQ", "dK", "dV")
 
 
 def _commit() -> str:
+    if os.environ.get("BLOCKATTN_GIT_COMMIT"):
+        return os.environ["BLOCKATTN_GIT_COMMIT"]
     try:
         return subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], text=True).strip()
     except Exception:
