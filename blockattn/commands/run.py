@@ -63,12 +63,14 @@ def resolve_plan(args: argparse.Namespace, device: str):
     return ut, bl, provs, profile, specs
 
 
-def load_tolerances(args: argparse.Namespace):
+def load_tolerances(args: argparse.Namespace, device: str | None = None):
     from blockattn.harness import tolerances
 
     if getattr(args, "no_tolerances", False):
         return None
-    path = args.tolerances or tolerances.latest_released(tolerances.default_tolerance_dir())
+    path = args.tolerances or tolerances.latest_released(
+        tolerances.default_tolerance_dir(), device=device
+    )
     if path is None:
         print("note: no released tolerance file found; recording metrics only", file=sys.stderr)
         return None
@@ -103,7 +105,7 @@ def main(args: argparse.Namespace) -> int:
     from blockattn.harness.summarize import markdown_tables, verdict_markdown
 
     device = session.setup_device()
-    tol = load_tolerances(args)
+    tol = load_tolerances(args, device)
     ut, bl, provs, profile, specs = resolve_plan(args, device)
     out = args.out or session.default_out("run")
     info = device_info()

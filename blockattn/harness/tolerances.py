@@ -256,10 +256,25 @@ def release(path: str | Path) -> str:
     return tol.sha256
 
 
-def latest_released(tol_dir: str | Path) -> Path | None:
+def latest_released(tol_dir: str | Path, device: str | None = None) -> Path | None:
+    """Newest released vN.toml; with `device` ("cpu" | "cuda"), the newest calibrated there.
+
+    Bounds calibrated on the CPU interpreter and on a GPU measure different pipelines (and
+    different baselines: eager vs FA v2), so a run is judged by a file from its own device.
+    """
     names = read_manifest(tol_dir)
-    ver = [(int(m.group(1)), n) for n in names if (m := re.fullmatch(r"v(\d+)\.toml", n))]
-    return Path(tol_dir) / max(ver)[1] if ver else None
+    ver = sorted(
+        ((int(m.group(1)), n) for n in names if (m := re.fullmatch(r"v(\d+)\.toml", n))),
+        reverse=True,
+    )
+    for _, name in ver:
+        path = Path(tol_dir) / name
+        if device is None:
+            return path
+        with path.open("rb") as f:
+            if tomllib.load(f).get("provenance", {}).get("device") == device:
+                return path
+    return None
 
 
 def default_tolerance_dir() -> Path:

@@ -7,11 +7,15 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 from harness_helpers import TOL_DIR, write_doc
 
 from blockattn import cli
 from blockattn.harness import env, tolerances
 from blockattn.harness.corpus import load_corpus
+
+# Judge with the newest tolerance file calibrated on this test's device (cpu | cuda).
+_TOL_DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 pytest.importorskip("oracles")
 
@@ -59,7 +63,7 @@ def test_run_writes_a_report_directory(tmp_path: Path, capsys) -> None:
 
 
 def test_failures_write_a_reproducer_and_replay_reproduces(tmp_path: Path, capsys) -> None:
-    doc = tolerances.load(tolerances.latest_released(TOL_DIR)).data
+    doc = tolerances.load(tolerances.latest_released(TOL_DIR, device=_TOL_DEVICE)).data
     for by_t in doc["rules"]["blockattn"].values():
         for rule in by_t.values():
             rule["max_ratio_to_floor"] = 1e-3
@@ -89,7 +93,7 @@ def test_failures_write_a_reproducer_and_replay_reproduces(tmp_path: Path, capsy
     assert json.loads(repro.read_text())["spec"] == load_corpus(tiers=("cpu",))[0].to_dict()
     assert cli.main(["replay", str(repro)]) == 1  # still fails with the tight file it names
     assert "FAIL" in capsys.readouterr().out
-    latest = str(tolerances.latest_released(TOL_DIR))
+    latest = str(tolerances.latest_released(TOL_DIR, device=_TOL_DEVICE))
     assert cli.main(["replay", str(repro), "--tolerances", latest]) == 0
     assert cli.main(["replay", str(tmp_path / "missing.json")]) == 2
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 from harness_helpers import TOL_DIR
 from hypothesis import given
 
@@ -14,8 +15,11 @@ from blockattn.harness.runner import evaluate_case
 from blockattn.harness.spec import CaseSpec
 from blockattn.harness.strategies import case_specs
 
+# Judge with the newest tolerance file calibrated on this test's device (cpu | cuda).
+_TOL_DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
 pytest.importorskip("oracles")
-TOL = tolerances.load(tolerances.latest_released(TOL_DIR))
+TOL = tolerances.load(tolerances.latest_released(TOL_DIR, device=_TOL_DEVICE))
 
 
 @given(spec=case_specs())

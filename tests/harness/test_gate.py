@@ -13,12 +13,16 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 from harness_helpers import TOL_DIR, dk_bug, nan_rows_bug, nomask_bug, retarget, write_doc
 
 from blockattn import cli
 from blockattn.harness import providers, tolerances
 from blockattn.harness.corpus import load_corpus
 from blockattn.harness.runner import run_cases
+
+# Judge with the newest tolerance file calibrated on this test's device (cpu | cuda).
+_TOL_DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 pytest.importorskip("oracles")
 PLANTED = {"bug-dk": dk_bug, "bug-nomask": nomask_bug, "bug-nanrow": nan_rows_bug}
@@ -32,7 +36,7 @@ CASES = (
 
 
 def _latest() -> Path:
-    p = tolerances.latest_released(TOL_DIR)
+    p = tolerances.latest_released(TOL_DIR, device=_TOL_DEVICE)
     assert p is not None, "no released tolerance file"
     return p
 
