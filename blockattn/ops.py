@@ -27,6 +27,16 @@ def _last_dim_contiguous(t: Tensor) -> Tensor:
 
 
 def _check_backend(t: Tensor) -> None:
+    if (
+        t.dtype == torch.float32
+        and t.device.type == "cuda"
+        and torch.cuda.get_device_capability(t.device)[0] >= 10
+    ):
+        raise TypeError(
+            "q.dtype=torch.float32 is not supported on sm_100+ GPUs: Triton 3.6 fails to compile "
+            "the fp32 rotary kernels for sm_100 and lowers IEEE fp32 dots to tf32 MMAs there; "
+            "use bfloat16 or float16"
+        )
     if t.device.type == "cpu" and not INTERPRET:
         raise RuntimeError(
             "blockattn kernels on CPU tensors need the Triton interpreter: set "

@@ -288,3 +288,21 @@ def test_offsets_on_other_device() -> None:
     q, k, v = _qkv()
     with pytest.raises(ValueError, match="offsets is on"):
         block_attention(q, k, v, torch.tensor([0, 10]))
+
+
+@pytest.mark.parametrize(
+    "capability,rejected", [((9, 0), False), ((10, 0), True)], ids=["sm90", "sm100"]
+)
+def test_fp32_rejected_on_blackwell(monkeypatch, capability, rejected) -> None:
+    # No sm_100 here: fake the device query; the check reads only dtype, device and capability.
+    from types import SimpleNamespace
+
+    from blockattn import ops
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    fake = SimpleNamespace(dtype=torch.float32, device=torch.device("cuda", 0))
+    if rejected:
+        with pytest.raises(TypeError, match="float32 is not supported on sm_100"):
+            ops._check_backend(fake)
+    else:
+        ops._check_backend(fake)

@@ -102,7 +102,7 @@ def test_rotary_d128_has_no_spills(subset_results: list[cc.Result]) -> None:
 @pytest.mark.slow
 def test_full_matrix_passes() -> None:
     results = cc.run_check(cc.all_variants(), jobs=os.cpu_count())
-    assert len(results) == 72
+    assert len(results) == 72 - 12  # fp32 x 12 variants is not built for sm_100
     bad = [
         f"{r.variant} {r.target}: {r.error or '; '.join(r.failures)}" for r in results if not r.ok
     ]
