@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 HELP = "render a run directory's results.jsonl to Markdown + HTML with plots (partial runs ok)"
@@ -17,7 +18,14 @@ def main(args: argparse.Namespace) -> int:
     from blockattn.harness.report import render
     from blockattn.harness.results import load_records
 
-    records = load_records(args.dir)  # FileNotFoundError -> exit 2
+    torn: list[int] = []
+    records = load_records(args.dir, torn)  # FileNotFoundError -> exit 2
+    if torn:  # a killed run leaves at most one torn line per kill; say so, do not hide it
+        print(
+            f"note: skipped {len(torn)} torn line(s) of {args.dir}/results.jsonl "
+            f"(line {', '.join(map(str, torn[:10]))}): cases cut off by a killed run",
+            file=sys.stderr,
+        )
     partial = not (args.dir / "report.json").exists()
     files = render(records, args.out or args.dir, partial=partial)
     print(f"{len(records)} cases{' (partial)' if partial else ''}")

@@ -115,16 +115,26 @@ def main(args: argparse.Namespace) -> int:
         f"tolerances {tol.path if tol else 'none'} -> {out}",
         file=sys.stderr,
     )
-    records = run_cases(
-        specs,
-        out,
-        provider_names=provs,
-        under_test=ut,
-        baseline=bl,
-        resume=args.resume,
-        tol=tol,
-        progress=not args.no_progress,
-    )
+    try:
+        records = run_cases(
+            specs,
+            out,
+            provider_names=provs,
+            under_test=ut,
+            baseline=bl,
+            resume=args.resume,
+            tol=tol,
+            progress=not args.no_progress,
+        )
+    except KeyboardInterrupt:
+        # Every finished case is already fsynced to results.jsonl; the interrupted one is not.
+        print(
+            f"\ninterrupted: finished cases are in {out}/results.jsonl; "
+            f"`blockattn report {out}` renders them, `blockattn run --out {out} --resume` "
+            "continues",
+            file=sys.stderr,
+        )
+        return 130  # 128 + SIGINT, the shell convention for an interrupted command
     checks = None if args.no_selfcheck else selfcheck_section(device)
     meta = {
         **info,

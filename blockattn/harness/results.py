@@ -11,29 +11,51 @@ from typing import Any
 RESULTS = "results.jsonl"
 
 
-def iter_records(path: str | Path) -> Iterator[dict[str, Any]]:
-    """Records of a results.jsonl (or a directory holding one). A torn last line (the run was
-    killed mid-write) is skipped, so partial runs stay readable."""
+def iter_records(
+    path: str | Path, skipped: list[int] | None = None
+) -> Iterator[dict[str, Any]]:
+    """Records of a results.jsonl (or a directory holding one).
+
+    A line that is not valid JSON is a torn write (the run was killed mid-line; a resumed run
+    then appends after it) and is skipped; its 1-based line number goes to `skipped` so callers
+    can report it. Valid JSON that is not a record (no string case_id, no spec/providers objects)
+    means the file was tampered with: ValueError naming the file and line.
+    """
     p = Path(path)
     if p.is_dir():
         p = p / RESULTS
     if not p.exists():
         raise FileNotFoundError(f"no results file at {p}")
-    with open(p) as fh:
-        for line in fh:
+    # errors="replace": binary garbage becomes an undecodable line (skipped), not a crash.
+    with open(p, encoding="utf-8", errors="replace") as fh:
+        for lineno, line in enumerate(fh, 1):
             line = line.strip()
             if not line:
                 continue
             try:
-                yield json.loads(line)
-            except json.JSONDecodeError:
+                rec = json.loads(line)
+            except (json.JSONDecodeError, RecursionError):
+                if skipped is not None:
+                    skipped.append(lineno)
                 continue
+            if not (
+                isinstance(rec, dict)
+                and isinstance(rec.get("case_id"), str)
+                and isinstance(rec.get("spec"), dict)
+                and isinstance(rec.get("providers"), dict)
+            ):
+                raise ValueError(
+                    f"{p}:{lineno}: not a blockattn result record (needs a string case_id and "
+                    "spec/providers objects)"
+                )
+            yield rec
 
 
-def load_records(path: str | Path) -> list[dict[str, Any]]:
-    """Last record per case id wins (a resumed run may re-run a case)."""
+def load_records(path: str | Path, skipped: list[int] | None = None) -> list[dict[str, Any]]:
+    """Last record per case id wins (a resumed run may re-run a case). See iter_records for
+    `skipped` (line numbers of torn lines)."""
     by_id: dict[str, dict[str, Any]] = {}
-    for rec in iter_records(path):
+    for rec in iter_records(path, skipped):
         by_id[rec["case_id"]] = rec
     return list(by_id.values())
 
