@@ -50,6 +50,13 @@ def git_commit() -> str:
         return "unknown"
 
 
+def _release_cuda_memory(exc: BaseException) -> None:
+    """After a CUDA OOM, return the cached blocks so the next case starts from a clean pool
+    (the failed case's tensors are already unreachable once its frames are gone)."""
+    if isinstance(exc, torch.cuda.OutOfMemoryError) and torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
 def _snapshot(inp: Inputs) -> dict[str, torch.Tensor]:
     names = ("q", "k", "v", "grad_out", "offsets", "sinu_pos", "x", "w", "bias")
     return {n: getattr(inp, n).clone() for n in names if getattr(inp, n) is not None}
@@ -66,8 +73,9 @@ def _run_provider(
             torch.cuda.synchronize()
     except Unsupported as exc:
         return {"status": "unsupported", "reason": str(exc), "time_s": time.perf_counter() - t0}
-    except Exception as exc:  # a crashing provider is a result, not a harness crash
+    except Exception as exc:  # a crashing provider (CUDA OOM included) is a result, not a crash
         tb = traceback.format_exc(limit=4)
+        _release_cuda_memory(exc)
         return {
             "status": "error",
             "reason": f"{type(exc).__name__}: {exc}",
@@ -116,7 +124,14 @@ def evaluate_case(
         "oracle_error": None,
     }
     t0 = time.perf_counter()
-    inp = build_inputs(spec, dev)
+    try:
+        inp = build_inputs(spec, dev)
+    except Exception as exc:  # e.g. CUDA OOM on a huge case: record it, go on with the next
+        _release_cuda_memory(exc)
+        rec["oracle_error"] = f"building inputs: {type(exc).__name__}: {exc}"
+        rec["T"] = rec["max_seq_len"] = rec["n_seqs"] = rec["realized_sparsity"] = None
+        rec["wall_s"] = time.perf_counter() - t0
+        return rec
     lens = (inp.offsets[1:] - inp.offsets[:-1]).tolist() if inp.offsets.numel() > 1 else []
     rec["T"] = inp.T
     rec["max_seq_len"] = int(max(lens, default=0))
@@ -127,6 +142,7 @@ def evaluate_case(
     try:
         ref = {k: v.detach().cpu() for k, v in oracle_outputs(inp).items()}
     except Exception as exc:
+        _release_cuda_memory(exc)
         rec["oracle_error"] = f"{type(exc).__name__}: {exc}"
         rec["wall_s"] = time.perf_counter() - t0
         return rec

@@ -1,0 +1,87 @@
+"""The harness records a CUDA out-of-memory error per case and goes on with the next case.
+
+Runs on CPU: torch.cuda.OutOfMemoryError is raised by monkeypatched stages (input building, the
+FP64 oracle, a provider), exactly as the CUDA caching allocator would raise it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from blockattn import cli
+from blockattn.harness import providers, runner, tolerances, verdict
+from blockattn.harness.spec import CaseSpec
+
+# Tiny cases: the interpreter runs each in well under a second.
+SPECS = [
+    CaseSpec(seed=s, lengths=(3, 65), H=1, D=64, dtype="bfloat16", name=f"oom-{s}")
+    for s in range(3)
+]
+OOM = "CUDA out of memory. Tried to allocate 4.00 GiB"
+
+
+def _oom_once_for(case_seed: int, real):
+    """Wrap a stage so it raises OOM for the case with this seed, else runs for real."""
+
+    def stage(inp, *args):
+        if inp.spec.seed == case_seed:
+            raise torch.cuda.OutOfMemoryError(OOM)
+        return real(inp, *args)
+
+    return stage
+
+
+def test_oom_in_each_stage_is_recorded_and_the_run_goes_on(tmp_path: Path, monkeypatch) -> None:
+    real_build = runner.build_inputs
+
+    def build(spec, dev):
+        if spec.seed == 0:
+            raise torch.cuda.OutOfMemoryError(OOM)
+        return real_build(spec, dev)
+
+    monkeypatch.setattr(runner, "build_inputs", build)
+    monkeypatch.setattr(runner, "oracle_outputs", _oom_once_for(1, runner.oracle_outputs))
+    blockattn_run = providers.get("blockattn").run
+    providers.register("oom_kernel", _oom_once_for(2, blockattn_run))
+    try:
+        tol = tolerances.load(
+            tolerances.latest_released(tolerances.default_tolerance_dir(), device="cpu")
+        )
+        recs = runner.run_cases(
+            SPECS,
+            tmp_path,
+            provider_names=["oom_kernel", "eager"],
+            under_test="oom_kernel",
+            baseline="eager",
+            tol=None,
+            progress=False,
+        )
+    finally:
+        providers.unregister("oom_kernel")
+    by_seed = {r["spec"]["seed"]: r for r in recs}
+    assert sorted(by_seed) == [0, 1, 2], "a case after an OOM was not run"
+    assert by_seed[0]["oracle_error"].startswith("building inputs: OutOfMemoryError")
+    assert by_seed[0]["providers"] == {} and by_seed[0]["T"] is None
+    assert by_seed[1]["oracle_error"].startswith("OutOfMemoryError")
+    p2 = by_seed[2]["providers"]
+    assert p2["oom_kernel"]["status"] == "error" and OOM in p2["oom_kernel"]["reason"]
+    assert p2["eager"]["status"] == "ok", "the next provider of the OOM case did not run"
+    # Each OOM case fails its verdict (an error is never a pass); report renders them all.
+    for seed in range(3):
+        v = verdict.evaluate(by_seed[seed], tol, "oom_kernel")
+        assert not v.passed and "OutOfMemoryError" in " ".join(v.failures), (seed, v.failures)
+    assert cli.main(["report", str(tmp_path)]) == 0
+
+
+def test_unexpected_oom_clears_the_cuda_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    # After an OOM the runner returns cached blocks so the next (smaller) case can allocate.
+    calls: list[int] = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: calls.append(1))
+    runner._release_cuda_memory(RuntimeError("not an OOM"))
+    assert calls == []
+    runner._release_cuda_memory(torch.cuda.OutOfMemoryError(OOM))
+    assert calls == [1]
