@@ -85,3 +85,29 @@ def test_unexpected_oom_clears_the_cuda_cache(monkeypatch: pytest.MonkeyPatch) -
     assert calls == []
     runner._release_cuda_memory(torch.cuda.OutOfMemoryError(OOM))
     assert calls == [1]
+
+
+@pytest.mark.gpu
+def test_real_cuda_oom_is_recorded_and_the_next_case_runs(tmp_path: Path) -> None:
+    total = torch.cuda.get_device_properties(0).total_memory
+
+    def hog(inp, variant):
+        if inp.spec.seed == 0:  # twice the device memory: a real allocator OOM
+            torch.empty(2 * total, dtype=torch.uint8, device="cuda")
+        return providers.get("blockattn").run(inp, variant)
+
+    providers.register("hog", hog)
+    try:
+        recs = runner.run_cases(
+            SPECS[:2],
+            tmp_path,
+            provider_names=["hog", "eager"],
+            under_test="hog",
+            baseline="eager",
+            progress=False,
+        )
+    finally:
+        providers.unregister("hog")
+    by_seed = {r["spec"]["seed"]: r["providers"]["hog"] for r in recs}
+    assert by_seed[0]["status"] == "error" and "OutOfMemoryError" in by_seed[0]["reason"]
+    assert by_seed[1]["status"] == "ok", by_seed[1].get("reason")
