@@ -26,6 +26,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--under-test", default=None, help="provider judged (default from the file)")
     p.add_argument("--providers", help="comma list of providers to run (default per device)")
     p.add_argument("--max-cases", type=int, help="only the first N corpus cases")
+    p.add_argument(
+        "--fuzz", type=int, default=0, help="also gate N seeded fuzz cases (default 0: corpus only)"
+    )
+    p.add_argument("--seed", type=int, default=0, help="fuzz sampler seed (with --fuzz)")
+    p.add_argument(
+        "--profile", choices=("ci", "gpu", "nightly"), help="fuzz space (default per device)"
+    )
     p.add_argument("--no-progress", action="store_true")
 
 
@@ -55,12 +62,14 @@ def main(args: argparse.Namespace) -> int:
             under_test=ut,
             baseline=None,
             providers=args.providers,
-            profile=None,
-            corpus_only=True,
-            fuzz=0,
-            seed=0,
+            profile=args.profile,
+            corpus_only=args.fuzz == 0,
+            fuzz=args.fuzz,
+            seed=args.seed,
             max_cases=args.max_cases,
         )
+        if args.fuzz < 0:
+            raise ValueError(f"--fuzz must be >= 0, got {args.fuzz}")
         ut, bl, provs, _profile, specs = resolve_plan(ns, device)
         out = args.out or session.default_out("gate")
         records = run_cases(

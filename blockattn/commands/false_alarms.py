@@ -1,0 +1,115 @@
+"""`blockattn false-alarms`: the gate on unmodified code over many fuzz seeds must never fail."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+HELP = (
+    "run the gate's plan (corpus once + seeded fuzz) on the unmodified kernels over N fuzz seeds "
+    "and report every failure: a gate that fails here would be a false alarm (exit 1)"
+)
+# Default first seed: held out from the seeds the released tolerance files were calibrated on
+# (v1: fuzz seeds 1 and 2, v2: 3 and 4), so the check is out of sample.
+FIRST_SEED = 100
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--seeds", type=int, default=20, help="number of fuzz seeds")
+    p.add_argument("--first-seed", type=int, default=FIRST_SEED, help="seeds first..first+N-1")
+    p.add_argument("--fuzz", type=int, default=4, help="fuzz cases per seed")
+    p.add_argument("--profile", choices=("ci", "gpu", "nightly"), help="fuzz space (per device)")
+    p.add_argument("--providers", help="comma list (default: the gate's, per device)")
+    p.add_argument("--no-corpus", action="store_true", help="skip the corpus (run it once else)")
+    p.add_argument("--tolerances", type=Path, help="default: newest released for this device")
+    p.add_argument("--out", type=Path, help="report dir (default reports/false-alarms-*)")
+    p.add_argument("--no-progress", action="store_true")
+
+
+def main(args: argparse.Namespace) -> int:
+    from blockattn.commands.run import load_tolerances, resolve_plan
+    from blockattn.harness import session, verdict
+    from blockattn.harness.runner import device_info, git_commit, run_cases
+
+    for name in ("seeds", "fuzz"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name} must be >= 1, got {getattr(args, name)}")
+    device = session.setup_device()
+    tol = load_tolerances(argparse.Namespace(tolerances=args.tolerances), device)
+    if tol is None:
+        raise ValueError("no released tolerance file found: pass --tolerances")
+    out = args.out or session.default_out("false-alarms")
+    info = device_info()
+    rows, failures = [], []
+    seeds = range(args.first_seed, args.first_seed + args.seeds)
+    for i, seed in enumerate(seeds):
+        ns = argparse.Namespace(
+            under_test=None,
+            baseline=None,
+            providers=args.providers,
+            profile=args.profile,
+            corpus_only=False,
+            fuzz=args.fuzz,
+            seed=seed,
+            max_cases=None,
+        )
+        ut, bl, provs, profile, specs = resolve_plan(ns, device)
+        if i > 0 or args.no_corpus:
+            specs = [s for s in specs if s.source != "corpus"]  # deterministic: gate it once
+        records = run_cases(
+            specs,
+            out / f"seed-{seed}",
+            provider_names=provs,
+            under_test=ut,
+            baseline=bl,
+            tol=tol,
+            progress=not args.no_progress,
+        )
+        vs = [verdict.evaluate(r, tol, ut) for r in records]
+        bad = [v for v in vs if not v.passed]
+        failures += [{"seed": seed, "case_id": v.case_id, "failures": v.failures} for v in bad]
+        cmd = (
+            f"blockattn gate --tolerances {tol.path} --fuzz {args.fuzz} --seed {seed} "
+            f"--profile {profile}" + (f" --providers {args.providers}" if args.providers else "")
+        )
+        rows.append(
+            {
+                "seed": seed,
+                "cases": len(vs),
+                "passed": sum(v.passed and not v.skipped for v in vs),
+                "skipped": sum(v.skipped and v.passed for v in vs),
+                "failed": len(bad),
+                "gate_command": cmd,
+            }
+        )
+        print(f"seed {seed}: {rows[-1]['failed']} failed / {len(vs)} cases", file=sys.stderr)
+    total = sum(r["cases"] for r in rows)
+    verdict_line = "✅ no false alarm" if not failures else f"❌ {len(failures)} failing cases"
+    md = [
+        f"## blockattn false-alarms: {verdict_line} over {args.seeds} fuzz seeds",
+        "",
+        f"{info['device']} ({info['gpu']}), commit {git_commit()}, tolerances `{tol.path}` "
+        f"(v{tol.version}), {total} cases ({args.fuzz} fuzz per seed"
+        + ("" if args.no_corpus else " + the corpus once")
+        + ")",
+        "",
+        "| seed | cases | passed | skipped (unsupported fuzz) | failed | reproduce with the gate |",
+        "|---|---|---|---|---|---|",
+    ]
+    md += [
+        f"| {r['seed']} | {r['cases']} | {r['passed']} | {r['skipped']} | {r['failed']} | "
+        f"`{r['gate_command']}` |"
+        for r in rows
+    ]
+    md += [f"- seed {f['seed']} `{f['case_id']}`: {f['failures'][0]}" for f in failures[:30]]
+    text = "\n".join(md) + "\n"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "false_alarms.md").write_text(text)
+    meta = {**info, "commit": git_commit(), "tolerances": str(tol.path), "finished": None}
+    meta["finished"] = session.timestamp()
+    payload = {"meta": meta, "seeds": rows, "failures": failures}
+    (out / "false_alarms.json").write_text(json.dumps(payload, indent=1))
+    print(text)
+    return 1 if failures else 0

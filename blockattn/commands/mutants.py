@@ -1,0 +1,125 @@
+"""`blockattn mutants`: mutation-test the suite with planted kernel bugs (blockattn/mutants/)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+HELP = (
+    "apply each planted bug to a copy of the package, run the quick tier (cpu corpus + seeded "
+    "fuzz) against it and report which mutants the suite killed (exit 1 if any survived)"
+)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--mutant", action="append", help="only this mutant (repeatable)")
+    p.add_argument("--group", choices=("core", "rotary"), help="only this group")
+    p.add_argument("--ci", action="store_true", help="only the CI subset (one per bug class)")
+    p.add_argument("--list", action="store_true", help="list the mutants and exit")
+    p.add_argument("--fuzz", type=int, default=2, help="seeded fuzz cases after the corpus")
+    p.add_argument("--seed", type=int, default=0, help="fuzz sampler seed")
+    p.add_argument("--keep-going", action="store_true", help="run every case, not up to a kill")
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=max(1, (os.cpu_count() or 2) // 2),
+        help="mutants run in parallel (default: half the CPU cores)",
+    )
+    p.add_argument("--tolerances", type=Path, help="default: newest released for this device")
+    p.add_argument("--no-control", action="store_true", help="skip the unmodified control run")
+    p.add_argument("--out", type=Path, help="report dir (mutants.json, mutants.md)")
+
+
+def _markdown(ctrl, outs, meta: dict) -> str:
+    killed = sum(o.status == "killed" for o in outs)
+    lines = [
+        f"## blockattn mutants: {killed}/{len(outs)} killed on {meta['device']} ({meta['gpu']})",
+        "",
+        f"Quick tier: {meta['n_cases']} cases (cpu corpus + {meta['fuzz']} fuzz, seed "
+        f"{meta['seed']}), tolerances `{meta['tolerances']}`, providers {meta['providers']}.",
+    ]
+    if ctrl is not None:
+        lines.append(
+            f"Control (unmodified copy): **{ctrl.status}** over {ctrl.cases_run} cases"
+            + (f" - {ctrl.failure}" if ctrl.failure else "")
+        )
+    lines += ["", "| mutant | group | result | failing metric | case | s |", "|---" * 6 + "|"]
+    for o in outs:
+        res = o.status if o.status != "killed" else f"killed ({o.kind})"
+        lines.append(
+            f"| `{o.name}` | {o.group} | {res} | {o.metric or '-'} | {o.case or '-'} | "
+            f"{o.seconds:.1f} |"
+        )
+    bad = [o for o in outs if o.status != "killed"]
+    for o in bad:
+        why = f" ({o.detail})" if o.detail else ""
+        lines.append(f"\n- `{o.name}` {o.status}: {o.description}{why}")
+    return "\n".join(lines) + "\n"
+
+
+def main(args: argparse.Namespace) -> int:
+    from blockattn.commands.run import load_tolerances
+    from blockattn.harness import env, session
+    from blockattn.harness.runner import device_info
+    from blockattn.mutants import catalog, runner
+
+    mutants = catalog.by_name(args.mutant)
+    if args.group:
+        mutants = [m for m in mutants if m.group == args.group]
+    if args.ci:
+        mutants = [m for m in mutants if m.ci]
+    if args.list:
+        for m in mutants:
+            print(f"{m.name:34s} {m.group:7s} {'ci ' if m.ci else '   '}{m.description}")
+        return 0
+    if args.fuzz < 0:
+        raise ValueError(f"--fuzz must be >= 0, got {args.fuzz}")
+    if args.jobs < 1:
+        raise ValueError(f"--jobs must be >= 1, got {args.jobs}")
+    if not mutants:
+        raise ValueError("no mutant selected (check --mutant/--group/--ci)")
+    device = env.configure()  # no kernel import in this process: workers import the copies
+    ns = argparse.Namespace(tolerances=args.tolerances, no_tolerances=False)
+    tol = load_tolerances(ns, device)
+    if tol is None:
+        raise ValueError("no released tolerance file found: pass --tolerances")
+    plan = runner.make_plan(device, str(tol.path), args.fuzz, args.seed, args.keep_going)
+    info = device_info()
+    print(
+        f"blockattn mutants: {len(mutants)} mutants x quick tier ({len(plan['specs'])} cases) "
+        f"on {info['device']} ({info['gpu']}), {args.jobs} jobs, tolerances {tol.path}",
+        file=sys.stderr,
+    )
+    ctrl, outs = runner.run_mutants(mutants, plan, args.jobs, control=not args.no_control)
+    meta = {
+        **info,
+        "tolerances": str(tol.path),
+        "n_cases": len(plan["specs"]),
+        "fuzz": args.fuzz,
+        "seed": args.seed,
+        "providers": plan["providers"],
+        "command": "blockattn mutants " + " ".join(sys.argv[2:]),
+        "finished": session.timestamp(),
+    }
+    md = _markdown(ctrl, outs, meta)
+    print(md)
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        payload = {
+            "meta": meta,
+            "control": ctrl.to_dict() if ctrl else None,
+            "mutants": [o.to_dict() for o in outs],
+        }
+        (args.out / "mutants.json").write_text(json.dumps(payload, indent=1))
+        (args.out / "mutants.md").write_text(md)
+    if ctrl is not None and ctrl.status != "passed":
+        print(
+            f"error: the unmodified control did not pass the quick tier ({ctrl.status}: "
+            f"{ctrl.failure or ctrl.detail}); kills are meaningless",
+            file=sys.stderr,
+        )
+        return 1
+    return 0 if all(o.status == "killed" for o in outs) else 1

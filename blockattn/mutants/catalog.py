@@ -1,0 +1,307 @@
+"""Planted bugs: each a small, realistic mistake as (file, exact anchor text -> replacement).
+
+A mutant is applied to a *copy* of the package (see `blockattn.mutants.apply`), never to the
+working tree. Every anchor must occur exactly once in the current source: a kernel edit that
+moves or rewrites an anchor makes `tests/mutants/test_mutants.py` fail loudly instead of
+silently testing nothing.
+
+Groups:
+- "core": masking, scaling, softmax/Di, gradient plumbing, strides, tile table, autograd.
+- "rotary": anchors inside `_rotate`, `_load_sinu`, `_store` and the rotation call sites. Those
+  functions are the ones most often edited (register-pressure work), so their anchors are kept
+  apart and re-checked on every test run.
+`ci = True` marks the subset CPU CI runs on every push (one per bug class, cheap to kill).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+ATT = "kernels/attention.py"
+TILES = "kernels/tiles.py"
+OPS = "ops.py"
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    group: str  # "core" | "rotary"
+    file: str  # path relative to the blockattn package directory
+    anchor: str
+    replacement: str
+    description: str
+    ci: bool = False
+
+
+CORE: tuple[Mutant, ...] = (
+    Mutant(
+        "mask-off-by-one",
+        "core",
+        ATT,
+        "s = tl.where((tl.arange(0, BLOCK) < n)[None, :],",
+        "s = tl.where((tl.arange(0, BLOCK) <= n)[None, :],",
+        "key mask `<= n`: one padded (zero) key of a partial block gets probability",
+        ci=True,
+    ),
+    Mutant(
+        "key-mask-missing",
+        "core",
+        ATT,
+        's = tl.where((tl.arange(0, BLOCK) < n)[None, :], s * qk_scale, float("-inf"))',
+        "s = s * qk_scale",
+        "no key mask: padded keys of the partial block take part in the softmax",
+    ),
+    Mutant(
+        "softmax-no-max-subtraction",
+        "core",
+        ATT,
+        "p = tl.math.exp2(s - m[:, None])",
+        "p = tl.math.exp2(s)",
+        "softmax without subtracting the row max: overflows on large logits",
+    ),
+    Mutant(
+        "fwd-scale-twice",
+        "core",
+        ATT,
+        "o.stride(0), o.stride(1), sin.stride(0), scale * LOG2E,",
+        "o.stride(0), o.stride(1), sin.stride(0), scale * scale * LOG2E,",
+        "forward multiplies the logits by the softmax scale twice",
+    ),
+    Mutant(
+        "fwd-scale-missing",
+        "core",
+        ATT,
+        "o.stride(0), o.stride(1), sin.stride(0), scale * LOG2E,",
+        "o.stride(0), o.stride(1), sin.stride(0), LOG2E,",
+        "forward never applies the softmax scale",
+    ),
+    Mutant(
+        "bwd-log2e-missing",
+        "core",
+        ATT,
+        "        scale * LOG2E, scale,\n",
+        "        scale, scale,\n",
+        "backward recomputes P with exp2 of natural-log-domain logits (fwd/bwd disagree)",
+    ),
+    Mutant(
+        "dqdk-scale-twice",
+        "core",
+        ATT,
+        "        scale * LOG2E, scale,\n",
+        "        scale * LOG2E, scale * scale,\n",
+        "backward multiplies dQ and dK by the softmax scale twice",
+    ),
+    Mutant(
+        "dq-scale-missing",
+        "core",
+        ATT,
+        "_store(_tile(DQ, start, n, h, stride_dqt, stride_dqh, BLOCK, HEAD_DIM), acc * sm_scale,",
+        "_store(_tile(DQ, start, n, h, stride_dqt, stride_dqh, BLOCK, HEAD_DIM), acc,",
+        "dQ is stored without the softmax scale",
+    ),
+    Mutant(
+        "di-dropped",
+        "core",
+        ATT,
+        "ds = p * (dp - tl.sum(p * dp, axis=1)[:, None])",
+        "ds = p * dp",
+        "dS = P * dP: the Di = rowsum(P * dP) term of the softmax backward is dropped",
+        ci=True,
+    ),
+    Mutant(
+        "di-from-rounded-p",
+        "core",
+        ATT,
+        "ds = p * (dp - tl.sum(p * dp, axis=1)[:, None])",
+        "ds = p * (dp - tl.sum(p.to(q.dtype).to(tl.float32) * dp, axis=1)[:, None])",
+        "Di computed from P rounded to the input dtype instead of the fp32 P",
+    ),
+    Mutant(
+        "ds-missing-p",
+        "core",
+        ATT,
+        "ds = p * (dp - tl.sum(p * dp, axis=1)[:, None])",
+        "ds = dp - tl.sum(p * dp, axis=1)[:, None]",
+        "dS = dP - Di: the factor P of the softmax Jacobian is forgotten",
+    ),
+    Mutant(
+        "p-rounded-before-normalisation",
+        "core",
+        ATT,
+        "return p / tl.sum(p, axis=1)[:, None]",
+        "return p.to(q_hi.dtype).to(tl.float32) / tl.sum(p, axis=1)[:, None]",
+        "unnormalised P rounded to the input dtype, then divided by the fp32 row sum",
+    ),
+    Mutant(
+        "dv-written-to-dk",
+        "core",
+        ATT,
+        "_store(_tile(DV, start, n, h, stride_dvt, stride_dvh, BLOCK, HEAD_DIM), acc,",
+        "_store(_tile(DK, start, n, h, stride_dkt, stride_dkh, BLOCK, HEAD_DIM), acc,",
+        "dV is stored into dK's buffer (dV left unwritten, dK overwritten later)",
+        ci=True,
+    ),
+    Mutant(
+        "dk-uses-ds-untransposed",
+        "core",
+        ATT,
+        "acc = _mma_split(tl.trans(ds_hi), tl.trans(ds_lo), q_hi, q_lo,",
+        "acc = _mma_split(ds_hi, ds_lo, q_hi, q_lo,",
+        "dK = dS Q instead of dS^T Q",
+    ),
+    Mutant(
+        "dv-uses-p-untransposed",
+        "core",
+        ATT,
+        "acc = _mma_split(tl.trans(p_hi), tl.trans(p_lo), do, do,",
+        "acc = _mma_split(p_hi, p_lo, do, do,",
+        "dV = P dO instead of P^T dO",
+    ),
+    Mutant(
+        "head-index-from-block",
+        "core",
+        ATT,
+        "HALF: tl.constexpr = HEAD_DIM // 2\n    blk = tile // H\n    h = tile % H\n",
+        "HALF: tl.constexpr = HEAD_DIM // 2\n    blk = tile // H\n    h = blk % H\n",
+        "forward head index taken from the block index (some heads computed twice, some never)",
+    ),
+    Mutant(
+        "strides-assumed-contiguous",
+        "core",
+        ATT,
+        "q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),\n"
+        "        o.stride(0)",
+        "H * D, D, H * D, D, H * D, D,\n        o.stride(0)",
+        "forward assumes contiguous (T, H, D) inputs: wrong token/head strides for strided views",
+    ),
+    Mutant(
+        "single-token-block-skipped",
+        "core",
+        ATT,
+        "HALF: tl.constexpr = HEAD_DIM // 2\n    blk = tile // H\n    h = tile % H\n"
+        "    n = tl.load(tile_len + blk, mask=tile < n_tiles, other=0)\n    if n > 0:",
+        "HALF: tl.constexpr = HEAD_DIM // 2\n    blk = tile // H\n    h = tile % H\n"
+        "    n = tl.load(tile_len + blk, mask=tile < n_tiles, other=0)\n    if n > 1:",
+        "forward empty-tile guard `n > 1`: blocks of one token are never written",
+    ),
+    Mutant(
+        "block-start-from-batch",
+        "core",
+        TILES,
+        "start = off[seq_c] + j * block_size",
+        "start = slot * block_size",
+        "block start from the flat token stream (slot * 64), not from its sequence's start",
+        ci=True,
+    ),
+    Mutant(
+        "partial-block-dropped",
+        "core",
+        TILES,
+        "nblk = (lengths + block_size - 1) // block_size",
+        "nblk = lengths // block_size",
+        "blocks per sequence floor(n / 64) instead of ceil: the partial last block is dropped",
+    ),
+    Mutant(
+        "partial-block-as-full",
+        "core",
+        TILES,
+        "length = (lengths[seq_c] - j * block_size).clamp(0, block_size)",
+        "length = torch.full_like(lengths[seq_c], block_size)",
+        "every block treated as full: the partial block reads into the next sequence",
+    ),
+    Mutant(
+        "slot-to-sequence-off-by-one",
+        "core",
+        TILES,
+        "seq = torch.searchsorted(cum, slot, right=True)",
+        "seq = torch.searchsorted(cum, slot, right=False)",
+        "searchsorted side wrong: the last block of each sequence maps to the next sequence",
+    ),
+    Mutant(
+        "autograd-dk-dv-swapped",
+        "core",
+        OPS,
+        "return dq, dk, dv, None, None, None, None, None, None",
+        "return dq, dv, dk, None, None, None, None, None, None",
+        "autograd backward returns dV as k's gradient and dK as v's",
+        ci=True,
+    ),
+)
+
+# Anchors in the rotary code (see module docstring): written last, re-checked on every run.
+ROTARY: tuple[Mutant, ...] = (
+    Mutant(
+        "rotary-sign-flipped",
+        "rotary",
+        ATT,
+        "y0 = x0 * cos - x1 * sin\n        y1 = x1 * cos + x0 * sin",
+        "y0 = x0 * cos + x1 * sin\n        y1 = x1 * cos - x0 * sin",
+        "forward rotary rotates by -angle (sin sign flipped)",
+        ci=True,
+    ),
+    Mutant(
+        "rotary-sin-cos-swapped",
+        "rotary",
+        ATT,
+        "sin = tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)\n"
+        "        cos = tl.load(ptrs + HALF, mask=mask, other=0.0).to(tl.float32)",
+        "sin = tl.load(ptrs + HALF, mask=mask, other=0.0).to(tl.float32)\n"
+        "        cos = tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)",
+        "sin and cos halves of sinu_pos swapped",
+    ),
+    Mutant(
+        "rotary-bwd-not-conjugated",
+        "rotary",
+        ATT,
+        "x = _rotate(x, sin, cos, True, BLOCK, HALF)",
+        "x = _rotate(x, sin, cos, False, BLOCK, HALF)",
+        "gradients rotated forward instead of by the transpose rotation",
+    ),
+    Mutant(
+        "rotary-dv-not-rotated-back",
+        "rotary",
+        ATT,
+        "stride_st, ROTATE_V, IS_BF16, BLOCK, HALF, INTERPRET)",
+        "stride_st, False, IS_BF16, BLOCK, HALF, INTERPRET)",
+        "dV stored without the transpose rotation although V was rotated",
+    ),
+    Mutant(
+        "rotary-table-block-local",
+        "rotary",
+        ATT,
+        "_tile(SIN, start, n, start, stride_st, 0, BLOCK, HALF)",
+        "_tile(SIN, 0, n, start, stride_st, 0, BLOCK, HALF)",
+        "sin/cos read from rows 0..63 for every block instead of the block's own tokens",
+    ),
+    Mutant(
+        "rotary-v-ignores-rotate-v",
+        "rotary",
+        ATT,
+        "# V is rotated only now, after q/k are dead, to keep register pressure down.\n"
+        "        v_hi, v_lo = _operand(v, SIN, start, n, stride_st, ROTATE_V,",
+        "# V is rotated only now, after q/k are dead, to keep register pressure down.\n"
+        "        v_hi, v_lo = _operand(v, SIN, start, n, stride_st, ROTARY,",
+        "forward rotates V whenever rotary is on, ignoring rotate_v=False",
+    ),
+    Mutant(
+        "store-drops-last-row",
+        "rotary",
+        ATT,
+        "IS_BF16, INTERPRET), mask=mask)",
+        "IS_BF16, INTERPRET), mask=mask & (tl.arange(0, BLOCK) < n - 1)[:, None])",
+        "store mask drops the last valid row of every block (inside `_store`)",
+    ),
+)
+
+MUTANTS: tuple[Mutant, ...] = CORE + ROTARY
+
+
+def by_name(names: list[str] | None = None) -> list[Mutant]:
+    """The named mutants (all when None); unknown names are a usage error naming them."""
+    if not names:
+        return list(MUTANTS)
+    known = {m.name: m for m in MUTANTS}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ValueError(f"--mutant: unknown mutant(s) {unknown}; known: {sorted(known)}")
+    return [known[n] for n in names]

@@ -1,0 +1,151 @@
+"""Run the quick tier against the unmodified copy (control) and every mutant, in subprocesses.
+
+Quick tier = the cpu-tier gate corpus (edge lengths, partial blocks, both dtypes, all variants,
+D 64 and 128, strided projection views) + `fuzz` seeded draws from the `ci` fuzz space, judged
+with the device's tolerance file exactly as `blockattn gate` judges a run. A mutant is killed when
+that verdict fails; by default a worker stops at its first failing case (`keep_going` runs all).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from blockattn.mutants.apply import PACKAGE_DIR, make_copy
+from blockattn.mutants.catalog import Mutant
+
+# A worker that runs longer than this is reported as "timeout" (counted as not killed): the
+# whole quick tier takes ~15 s under the interpreter and seconds on a GPU.
+WORKER_TIMEOUT_S = 900.0
+
+
+def quick_tier_specs(fuzz: int, seed: int) -> list:
+    from blockattn.harness import strategies
+    from blockattn.harness.corpus import load_corpus
+
+    return load_corpus(tiers=("cpu",)) + strategies.sample_specs(
+        strategies.SPACES["ci"], fuzz, seed
+    )
+
+
+def failing_metric(failure: str) -> str:
+    """Short name of what failed, from a verdict line ("blockattn dQ: max_abs/floor ...")."""
+    head, _, msg = failure.partition(": ")
+    tensor = head.split(" ", 1)[1] if " " in head else ""
+    if tensor == "" and msg.startswith(("error", "unsupported")):
+        return f"crash ({msg.split(':', 1)[0]})"
+    for pat, name in (
+        (r"max_abs/floor", "max_abs/floor"),
+        (r"error/baseline", "error/baseline"),
+        (r"SNR", "SNR"),
+        (r"NaN/Inf", "NaN/Inf"),
+        (r"N-ulp band", "pct_over_tol"),
+    ):
+        if re.search(pat, msg):
+            return f"{tensor} {name}".strip()
+    return failure[:60]
+
+
+@dataclass
+class Outcome:
+    name: str
+    group: str
+    description: str
+    status: str  # killed | survived | error | timeout (control: passed | killed ...)
+    kind: str | None = None  # killed: "numeric" or "crash" (the kernel raised)
+    metric: str | None = None
+    failure: str | None = None
+    case: str | None = None
+    cases_run: int = 0
+    seconds: float = 0.0
+    detail: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def _run_one(m: Mutant | None, plan: dict[str, Any], timeout_s: float) -> Outcome:
+    name = m.name if m else "control (unmodified)"
+    out = Outcome(name, m.group if m else "-", m.description if m else "no mutation", "error")
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="blockattn-mutant-") as tmp:
+        root = make_copy(Path(tmp), m)
+        plan_p, res_p = Path(tmp, "plan.json"), Path(tmp, "result.json")
+        plan_p.write_text(json.dumps(plan))
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join([str(root), *filter(None, [env.get("PYTHONPATH")])])
+        env["BLOCKATTN_MUTANT_ROOT"] = str(root)
+        env.setdefault("OMP_NUM_THREADS", "1")  # workers run side by side
+        cmd = [sys.executable, "-m", "blockattn.mutants.worker", "--plan", str(plan_p)]
+        try:
+            proc = subprocess.run(
+                [*cmd, "--out", str(res_p)],
+                cwd=root,  # sys.path[0] = the copy, never the source checkout
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=timeout_s,
+            )
+        except subprocess.TimeoutExpired:
+            out.status, out.seconds = "timeout", time.perf_counter() - t0
+            return out
+        out.seconds = time.perf_counter() - t0
+        if proc.returncode != 0 or not res_p.exists():
+            out.detail = f"worker exit {proc.returncode}: {proc.stderr[-2000:]}"
+            return out
+        res = json.loads(res_p.read_text())
+    out.cases_run = len(res["cases"])
+    failed = [c for c in res["cases"] if not c["passed"]]
+    if not failed:
+        out.status = "survived" if m is not None else "passed"
+        return out
+    first = failed[0]
+    out.status, out.case = "killed", first["name"]
+    out.failure = first["failures"][0]
+    out.metric = failing_metric(out.failure)
+    out.kind = "crash" if out.metric.startswith("crash") else "numeric"
+    return out
+
+
+def make_plan(device: str, tol_path: str, fuzz: int, seed: int, keep_going: bool) -> dict:
+    from blockattn.harness.runner import default_providers
+
+    ut, bl, provs = default_providers(device)
+    return {
+        "tolerances": tol_path,
+        "providers": provs,
+        "under_test": ut,
+        "baseline": bl,
+        "keep_going": keep_going,
+        "specs": [s.to_dict() for s in quick_tier_specs(fuzz, seed)],
+    }
+
+
+def run_mutants(
+    mutants: list[Mutant],
+    plan: dict[str, Any],
+    jobs: int,
+    timeout_s: float = WORKER_TIMEOUT_S,
+    control: bool = True,
+) -> tuple[Outcome | None, list[Outcome]]:
+    """(control outcome, one outcome per mutant in the given order)."""
+    ctrl = None
+    if control:
+        # The control runs every case: any failure there makes every "kill" meaningless.
+        ctrl = _run_one(None, {**plan, "keep_going": True}, timeout_s)
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as ex:
+        outs = list(ex.map(lambda m: _run_one(m, plan, timeout_s), mutants))
+    return ctrl, outs
+
+
+def package_dir() -> Path:
+    return PACKAGE_DIR
