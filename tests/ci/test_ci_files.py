@@ -1,0 +1,104 @@
+"""The CI files are valid YAML and run only things that exist: every `blockattn <cmd>` is a real
+subcommand that accepts its arguments, every script/file path exists, the gate uses the newest
+released CUDA tolerance file, and the stored baseline covers the whole corpus."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+import yaml
+
+from blockattn import cli
+from blockattn.harness import tolerances
+from blockattn.harness.corpus import load_corpus
+
+REPO = Path(__file__).resolve().parents[2]
+WORKFLOWS = sorted((REPO / "ci" / "workflows").glob("*.yml"))
+BASELINE = REPO / "ci" / "baselines" / "h200" / "report.json"
+SHELL_OPS = {"|", "||", "&&", ";", ">", ">>", "2>&1"}
+
+
+def _scripts(doc: dict) -> list[str]:
+    return [s["run"] for job in doc["jobs"].values() for s in job["steps"] if "run" in s]
+
+
+def _blockattn_calls(script: str) -> list[list[str]]:
+    """argv after `blockattn` for every `python3 -m blockattn ...` / `blockattn ...` call."""
+    text = re.sub(r"\\\n", " ", script)
+    calls = []
+    for line in re.split(r"\n(?!\s)", text):  # folded (>) scalars are already joined
+        toks = shlex.split(line.replace("\n", " "), comments=True)
+        for i, t in enumerate(toks):
+            if t == "blockattn" and (i == 0 or toks[i - 1] in ("-m", *SHELL_OPS)):
+                argv = []
+                for a in toks[i + 1 :]:
+                    if a in SHELL_OPS:
+                        break
+                    argv.append(a)
+                calls.append(argv)
+    return calls
+
+
+def test_both_workflows_exist_and_parse() -> None:
+    assert {p.name for p in WORKFLOWS} == {"cpu.yml", "gpu.yml"}
+    for p in WORKFLOWS:
+        doc = yaml.safe_load(p.read_text())
+        assert doc["jobs"] and all(job["steps"] for job in doc["jobs"].values())
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
+def test_blockattn_commands_exist_and_parse(path: Path) -> None:
+    parser = cli.build_parser()
+    for script in _scripts(yaml.safe_load(path.read_text())):
+        for argv in _blockattn_calls(script):
+            args = [re.sub(r"\$\{?\w+\}?", "x", a) for a in argv]  # shell vars: any value
+            parser.parse_args(args)  # SystemExit on an unknown command or option
+
+
+def test_gpu_workflow_runs_tests_gate_artifact_and_summary() -> None:
+    doc = yaml.safe_load((REPO / "ci" / "workflows" / "gpu.yml").read_text())
+    scripts = "\n".join(_scripts(doc))
+    calls = [c[0] for s in _scripts(doc) for c in _blockattn_calls(s)]
+    assert "gate" in calls and "mutants" in calls
+    assert re.search(r"pytest -n \"\$N_GPUS\" -m \"not slow\"", scripts)
+    assert "GITHUB_STEP_SUMMARY" in scripts
+    uses = [s.get("uses", "") for j in doc["jobs"].values() for s in j["steps"]]
+    assert any(u.startswith("actions/upload-artifact@") for u in uses)
+
+
+def test_cpu_workflow_runs_dot_ci_run() -> None:
+    doc = yaml.safe_load((REPO / "ci" / "workflows" / "cpu.yml").read_text())
+    assert any(s.strip() == "bash .ci/run" for s in _scripts(doc))
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
+def test_every_repo_path_named_exists(path: Path) -> None:
+    text = "\n".join(_scripts(yaml.safe_load(path.read_text())))
+    named = set(re.findall(r"(?<![\w/$.-])((?:\.?ci|tolerances)/[\w./-]+)", text))
+    assert named, "expected the workflow to name repo files"
+    for rel in named:
+        assert (REPO / rel).exists(), f"{path.name} names {rel}, which does not exist"
+
+
+def test_gate_uses_the_newest_released_cuda_tolerances() -> None:
+    text = (REPO / "ci" / "workflows" / "gpu.yml").read_text()
+    used = re.findall(r"--tolerances (\S+)", text)
+    newest = tolerances.latest_released(REPO / "tolerances", device="cuda")
+    assert newest is not None and used
+    assert {REPO / u for u in used} == {newest}
+
+
+def test_stored_baseline_covers_the_corpus_with_provenance() -> None:
+    report = json.loads(BASELINE.read_text())
+    assert report["meta"]["device"] == "cuda"
+    ids = {c["case_id"] for c in report["cases"]}
+    assert {s.case_id for s in load_corpus()} <= ids
+    prov = (BASELINE.parent / "PROVENANCE.md").read_text()
+    assert hashlib.sha256(BASELINE.read_bytes()).hexdigest() in prov
+    for word in ("GPU", "commit", "command", report["meta"]["gpu"]):
+        assert word in prov
