@@ -2,7 +2,8 @@
 
     python benchmarks/tune.py --out DIR [--head-dims 128,64]
 
-For each kernel (fwd/bwd x plain/rotary) times every (num_warps, num_stages, programs_per_sm)
+For each kernel (fwd/bwd x plain/rotary) times every (num_warps, num_stages, programs_per_sm,
+maxnreg) in the grid given on the command line (defaults: the axes that mattered on an H200)
 with `triton.testing.do_bench` medians, after checking the result is bitwise equal to the
 current default config's (launch configs must not change numerics). Writes DIR/tune.json
 incrementally and prints the best config per kernel and its % of the same-run copy ceiling.
@@ -25,9 +26,10 @@ from blockattn.cases import make_case
 from blockattn.kernels import attention as A
 from blockattn.kernels.tiles import build_tile_table
 
-WARPS = (4, 8)
-STAGES = (1, 2, 3)
-PROGRAMS_PER_SM = (0, 1, 2, 4, 8)
+
+def _ints(text: str) -> tuple[int | None, ...]:
+    """'0,168,none' -> (0, 168, None)."""
+    return tuple(None if t.strip().lower() == "none" else int(t) for t in text.split(","))
 
 
 def copy_ceiling_tbps(numel: int) -> float:
@@ -43,6 +45,14 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("--head-dims", default="128,64")
     ap.add_argument("--time-budget-s", type=float, default=400)
+    # The first H200 sweep (tune_d128_h200.json) found 8 warps 1.5-2x slower everywhere, stages
+    # without effect and persistent grids slower than one program per tile, so the defaults
+    # sweep the register cap: it sets how many CTAs (and so loads in flight) fit on an SM.
+    ap.add_argument("--warps", type=_ints, default=(4,))
+    ap.add_argument("--stages", type=_ints, default=(1,))
+    ap.add_argument("--programs-per-sm", type=_ints, default=(0,))
+    ap.add_argument("--maxnreg", type=_ints, default=(None, 128, 168, 200))
+    ap.add_argument("--kernels", default="fwd,bwd")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -56,9 +66,10 @@ def main() -> None:
         table = build_tile_table(off, q.shape[0], 64)
         scale = 1 / math.sqrt(D)
         tb = q.numel() * q.element_size()
-        for kernel, rotary in itertools.product(("fwd", "bwd"), (False, True)):
+        for kernel, rotary in itertools.product(args.kernels.split(","), (False, True)):
             sinu = case.sinu_pos if rotary else None
-            default = A.CONFIGS[(kernel, rotary)]
+            key = (kernel, rotary, D)
+            default = A.launch_config(*key)
             if kernel == "fwd":
                 outs = (torch.empty_like(q),)
                 fn = functools.partial(A.attention_fwd, q, k, v, table, sinu, scale, 64, True,
@@ -73,13 +84,14 @@ def main() -> None:
                 nbytes += sinu.numel() * sinu.element_size()
             fn()
             ref = tuple(t.clone() for t in outs)
-            for w, st, pps in itertools.product(WARPS, STAGES, PROGRAMS_PER_SM):
+            grid = itertools.product(args.warps, args.stages, args.programs_per_sm, args.maxnreg)
+            for w, st, pps, nreg in grid:
                 if time.time() - t_start > args.time_budget_s:
                     doc["stopped"] = "time budget"
                     break
-                A.CONFIGS[(kernel, rotary)] = A.LaunchConfig(w, st, pps)
+                A.CONFIGS[key] = A.LaunchConfig(w, st, pps, nreg)
                 row = {"D": D, "kernel": kernel, "rotary": rotary, "num_warps": w,
-                       "num_stages": st, "programs_per_sm": pps}
+                       "num_stages": st, "programs_per_sm": pps, "maxnreg": nreg}
                 try:
                     for t in outs:
                         t.fill_(float("nan"))
@@ -92,7 +104,7 @@ def main() -> None:
                     row["error"] = repr(exc)[:500]
                 doc["runs"].append(row)
                 (out / "tune.json").write_text(json.dumps(doc, indent=1))
-            A.CONFIGS[(kernel, rotary)] = default
+            A.CONFIGS[key] = default
         del case, q, k, v, do
         torch.cuda.empty_cache()
     print(f"GPU {doc['gpu']}, copy ceiling {ceiling:.2f} TB/s")
@@ -105,7 +117,8 @@ def main() -> None:
         best = rows[0]
         print(f"D={key[0]} {key[1]} rotary={key[2]}: best {best['ms']:.3f} ms "
               f"({best['pct_ceiling']:.1f}% of ceiling) warps={best['num_warps']} "
-              f"stages={best['num_stages']} pps={best['programs_per_sm']}; "
+              f"stages={best['num_stages']} pps={best['programs_per_sm']} "
+              f"maxnreg={best['maxnreg']}; "
               f"worst {rows[-1]['ms']:.3f} ms; bitwise-equal all: "
               f"{all(r['bitwise_equal_default'] for r in rows)}")
 

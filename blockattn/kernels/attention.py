@@ -334,23 +334,34 @@ class LaunchConfig:
     num_warps: int
     num_stages: int
     programs_per_sm: int  # persistent grid size per SM; 0 = one program per tile
+    # Register cap per thread (ptxas -maxrregcount); None lets ptxas take up to 255, which
+    # limits a 4-warp CTA to 2 per SM. A cap trades spills for resident CTAs (= loads in flight).
+    maxnreg: int | None = None
+    # Spill bytes (stores, per ptxas) that compile-check accepts for this config: nonzero only
+    # where a register cap was measured faster despite its spills (see CONFIGS).
+    accepted_spill_bytes: int = 0
 
 
-# Chosen on an H200 by benchmarks/tune.py; keys: (kernel, rotary).
-CONFIGS: dict[tuple[str, bool], LaunchConfig] = {
-    # One program per tile beat every persistent grid size on an H200 at shape P (D=128):
-    # fwd 1.51 vs 1.55 ms (8/SM), bwd 3.52 vs 3.71 ms, rotary bwd 6.97 vs 9.40 ms: the loop over
-    # tiles is not software-pipelined, while independent CTAs overlap one another's loads.
-    # benchmarks/results/tune_d128_h200.json holds the sweep.
-    ("fwd", False): LaunchConfig(num_warps=4, num_stages=1, programs_per_sm=0),
-    ("fwd", True): LaunchConfig(num_warps=4, num_stages=2, programs_per_sm=0),
-    ("bwd", False): LaunchConfig(num_warps=4, num_stages=2, programs_per_sm=0),
-    ("bwd", True): LaunchConfig(num_warps=4, num_stages=2, programs_per_sm=0),
+# Chosen on an H200 by benchmarks/tune.py; keys: (kernel, rotary, head_dim).
+# One program per tile beat every persistent grid size on an H200 at shape P (D=128):
+# fwd 1.51 vs 1.55 ms (8/SM), bwd 3.52 vs 3.71 ms, rotary bwd 6.97 vs 9.40 ms: the loop over
+# tiles is not software-pipelined, while independent CTAs overlap one another's loads; 8 warps
+# were 1.5-2x slower and num_stages had no effect (benchmarks/results/tune_d128_h200.json).
+# The register caps come from the maxnreg sweep (benchmarks/results/tune_maxnreg_h200.json):
+# 128 registers fit 4 CTAs per SM instead of 3 (fwd D=128: 1.442 vs 1.488 ms; rotary fwd D=64:
+# 1.347 vs 1.909 ms), although ptxas then spills ~90-124 B per thread to L1: more loads in
+# flight outweigh it. Their spill budget is what compile-check accepts; more fails. Elsewhere a
+# cap only added spills and time (rotary fwd D=128 at 128: 11.7 ms): ptxas' own choice stays.
+_STAGES = {"fwd": 1, "bwd": 2}  # no loop to pipeline at one tile per program: no effect
+CONFIGS: dict[tuple[str, bool, int], LaunchConfig] = {
+    ("fwd", False, 128): LaunchConfig(4, 1, 0, maxnreg=128, accepted_spill_bytes=96),
+    ("fwd", True, 64): LaunchConfig(4, 1, 0, maxnreg=128, accepted_spill_bytes=128),
 }
 
 
-def launch_config(kernel: str, rotary: bool) -> LaunchConfig:
-    return CONFIGS[(kernel, rotary)]
+def launch_config(kernel: str, rotary: bool, head_dim: int) -> LaunchConfig:
+    default = LaunchConfig(num_warps=4, num_stages=_STAGES[kernel], programs_per_sm=0)
+    return CONFIGS.get((kernel, rotary, head_dim), default)
 
 
 def _grid_size(n_tiles: int, device: torch.device, cfg: LaunchConfig) -> int:
@@ -379,7 +390,7 @@ def attention_fwd(q: Tensor, k: Tensor, v: Tensor, table: TileTable, sinu_pos: T
     """Forward launch on validated inputs (unit stride along D). Returns O (T, H, D)."""
     T, H, D = q.shape
     o = torch.empty((T, H, D), dtype=q.dtype, device=q.device) if out is None else out
-    cfg = launch_config("fwd", sinu_pos is not None)
+    cfg = launch_config("fwd", sinu_pos is not None, D)
     n_tiles = table.n_slots * H
     grid = _grid_size(n_tiles, q.device, cfg)
     if grid == 0:
@@ -390,7 +401,8 @@ def attention_fwd(q: Tensor, k: Tensor, v: Tensor, table: TileTable, sinu_pos: T
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         o.stride(0), o.stride(1), sin.stride(0), scale * LOG2E,
         H=H, HEAD_DIM=D, BLOCK=max(16, triton.next_power_of_2(block_size)),
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **_flags(q, sinu_pos, rotate_v),
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages, maxnreg=cfg.maxnreg,
+        **_flags(q, sinu_pos, rotate_v),
     )  # fmt: skip
     return o
 
@@ -404,7 +416,7 @@ def attention_bwd(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor, table: Tile
     if grads is None:
         grads = tuple(torch.empty((T, H, D), dtype=q.dtype, device=q.device) for _ in range(3))
     dq, dk, dv = grads
-    cfg = launch_config("bwd", sinu_pos is not None)
+    cfg = launch_config("bwd", sinu_pos is not None, D)
     n_tiles = table.n_slots * H
     grid = _grid_size(n_tiles, q.device, cfg)
     if grid == 0:
@@ -418,6 +430,7 @@ def attention_bwd(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor, table: Tile
         dk.stride(0), dk.stride(1), dv.stride(0), dv.stride(1), sin.stride(0),
         scale * LOG2E, scale,
         H=H, HEAD_DIM=D, BLOCK=max(16, triton.next_power_of_2(block_size)),
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **_flags(q, sinu_pos, rotate_v),
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages, maxnreg=cfg.maxnreg,
+        **_flags(q, sinu_pos, rotate_v),
     )  # fmt: skip
     return dq, dk, dv

@@ -1,0 +1,32 @@
+"""Launch each blockattn kernel once at a mid-size shape, for Nsight Compute.
+
+    ncu --set detailed -k regex:_bwd_kernel python benchmarks/ncu_kernels.py
+
+B=256, max_len=1024, sparsity 0.7 (~79 k tokens, ~1230 tiles of 64 x 4 heads: many waves on a
+132-SM GPU, so per-kernel ratios are those of shape P) with H=4, D=128, bf16.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from blockattn.cases import make_case
+from blockattn.kernels import attention as A
+from blockattn.kernels.tiles import build_tile_table
+
+
+def main() -> None:
+    case = make_case(B=256, max_len=1024, sparsity=0.7, H=4, D=128, dtype=torch.bfloat16,
+                     device="cuda", seed=3)
+    table = build_tile_table(case.offsets, case.q.shape[0], 64)
+    scale = 1 / math.sqrt(128)
+    for sinu in (None, case.sinu_pos):
+        A.attention_fwd(case.q, case.k, case.v, table, sinu, scale, 64, True)
+        A.attention_bwd(case.q, case.k, case.v, case.grad_out, table, sinu, scale, 64, True)
+    torch.cuda.synchronize()
+
+
+if __name__ == "__main__":
+    main()
