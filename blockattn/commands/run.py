@@ -25,6 +25,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="fuzz sampler seed")
     p.add_argument("--max-cases", type=int, help="stop after this many cases (corpus first)")
     p.add_argument("--corpus-only", action="store_true")
+    p.add_argument(
+        "--shape-p",
+        action="store_true",
+        help="also run the production shape P (B=1152, max_len=4096, sparsity 0.7, H=4, D=128, "
+        "bf16; plain and rotary); needs a GPU with ~40 GB free",
+    )
     p.add_argument("--resume", action="store_true", help="skip cases already in --out")
     p.add_argument("--providers", help="comma list (default: blockattn + device baseline)")
     p.add_argument("--under-test", default=None, help="provider judged (default blockattn)")
@@ -53,6 +59,8 @@ def resolve_plan(args: argparse.Namespace, device: str):
     provs = list(dict.fromkeys([ut, bl, *provs]))
     profile = args.profile or ("gpu" if device == "cuda" else "ci")
     specs = corpus_for_device(device)
+    if getattr(args, "shape_p", False):
+        specs += shape_p_specs()
     if not args.corpus_only:
         n = DEFAULT_FUZZ[profile] if args.fuzz is None else args.fuzz
         specs += strategies.sample_specs(strategies.SPACES[profile], n, args.seed)
@@ -61,6 +69,17 @@ def resolve_plan(args: argparse.Namespace, device: str):
             raise ValueError("--max-cases must be >= 0")
         specs = specs[: args.max_cases]
     return ut, bl, provs, profile, specs
+
+
+def shape_p_specs() -> list:
+    """The production shape P (DEVELOPERS.md), plain and fused rotary, bf16 D=128."""
+    from blockattn.harness.spec import CaseSpec
+
+    shape = dict(B=1152, max_len=4096, sparsity=0.7, H=4, D=128, dtype="bfloat16", seed=7)
+    return [
+        CaseSpec(variant=v, source="shape-p", name=f"shape-P-{v}-bf16-d128", **shape)
+        for v in ("plain", "rotary")
+    ]
 
 
 def load_tolerances(args: argparse.Namespace, device: str | None = None):

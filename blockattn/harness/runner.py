@@ -140,7 +140,8 @@ def evaluate_case(
         1.0 - inp.T / (len(lens) * max(1, spec.max_len)) if spec.lengths is None and lens else None
     )
     try:
-        ref = {k: v.detach().cpu() for k, v in oracle_outputs(inp).items()}
+        # The oracle outputs stay on the case's device: metrics reduce them there, in chunks.
+        ref = {k: v.detach() for k, v in oracle_outputs(inp).items()}
     except Exception as exc:
         _release_cuda_memory(exc)
         rec["oracle_error"] = f"{type(exc).__name__}: {exc}"

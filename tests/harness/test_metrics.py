@@ -110,3 +110,25 @@ def test_ratio_guard() -> None:
     assert metrics.ratio(2.0, 0.0, 0.5) == 4.0  # zero-error baseline: floor guards the division
     assert metrics.ratio(None, 1.0, 0.5) is None
     assert metrics.ratio(1.0, None, 0.5) == 0.0  # non-finite baseline: kernel wins
+
+
+def test_chunked_reduction_matches_one_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Large tensors are reduced in chunks (metrics.CHUNK); the result must not depend on it:
+    maxima, counts and the worst element exactly, sums up to fp64 reassociation (1e-12)."""
+    g = torch.Generator().manual_seed(11)
+    ref = torch.randn(700, 3, 8, generator=g, dtype=torch.float64)
+    out = (ref + 1e-2 * torch.randn(ref.shape, generator=g, dtype=torch.float64)).to(
+        torch.bfloat16
+    )
+    out[600, 2, 5] = float("inf")  # the worst element sits in the last chunk
+    ref[3, 0, 0] = float("nan")  # a non-finite oracle element is left out, and counted
+    whole = metrics.tensor_metrics(out, ref, "bfloat16")
+    monkeypatch.setattr(metrics, "CHUNK", 1000)  # 17 chunks, the last one partial
+    chunked = metrics.tensor_metrics(out, ref, "bfloat16")
+    assert whole["worst"] == chunked["worst"] and whole["worst"]["token"] == 600
+    for key, val in whole.items():
+        if isinstance(val, float):
+            assert chunked[key] == pytest.approx(val, rel=1e-12), key
+        else:
+            assert chunked[key] == val, key
+    assert chunked["nonfinite_bad"] == 1 and chunked["ref_nonfinite"] == 1
