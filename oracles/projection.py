@@ -102,7 +102,10 @@ def projection_rotary_block_attention_backward(
     # Expanded head kv*group + g belongs to kv head kv: sum over g.
     dk = dk.reshape(T, kvh, group, D).sum(dim=2)
     dv = dv.reshape(T, kvh, group, D).sum(dim=2)
-    dproj = torch.cat((dq.reshape(T, -1), dk.reshape(T, -1), dv.reshape(T, -1)), dim=1)
+    # Explicit widths: reshape(T, -1) is ambiguous when T == 0 (an all-empty batch).
+    dproj = torch.cat(
+        (dq.reshape(T, qheads * D), dk.reshape(T, kvh * D), dv.reshape(T, kvh * D)), dim=1
+    )
     dx = dproj @ w.double().T
     dw = x.double().T @ dproj
     dbias = dproj.sum(dim=0) if bias is not None else None

@@ -201,3 +201,22 @@ def test_projection_forward_matches_explicit_gqa():
     got = oracles.projection_rotary_block_attention(x, w, b, sinu, off, qh, kvh)
     assert got.shape == (T, qh, D)
     assert rel_err(got, ref) <= REL_BOUND
+
+
+@pytest.mark.parametrize("kvheads", [2, 1], ids=["mha", "gqa"])
+def test_projection_on_an_all_empty_batch(kvheads):
+    """T = 0 (every sequence empty): empty outputs and zero gradients, not a reshape error."""
+    g = torch.Generator().manual_seed(5)
+    H, D, IN = 2, 8, 16
+    x = torch.randn(0, IN, generator=g, dtype=torch.float64)
+    w = torch.randn(IN, (H + 2 * kvheads) * D, generator=g, dtype=torch.float64)
+    bias = torch.randn(w.shape[1], generator=g, dtype=torch.float64)
+    sinu = torch.randn(0, D, generator=g, dtype=torch.float64)
+    off = torch.tensor([0, 0, 0])
+    o = oracles.projection_rotary_block_attention(x, w, bias, sinu, off, H, kvheads)
+    assert o.shape == (0, H, D)
+    dx, dw, db = oracles.projection_rotary_block_attention_backward(
+        x, w, bias, sinu, off, H, kvheads, torch.empty(0, H, D, dtype=torch.float64)
+    )
+    assert dx.shape == (0, IN) and torch.equal(dw, torch.zeros_like(w))
+    assert torch.equal(db, torch.zeros_like(bias))

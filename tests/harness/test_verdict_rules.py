@@ -1,0 +1,33 @@
+"""Verdict rules 4 and 5 (SNR, N-ulp band) and the absolute floor below which they are skipped."""
+
+from __future__ import annotations
+
+from blockattn.harness import metrics, verdict
+
+
+def _check(m: dict, rule: dict) -> verdict.Verdict:
+    v = verdict.Verdict(case_id="x")
+    verdict._check_tensor(v, "k", m, None, rule, False, "dQ", "bfloat16", "plain", hard=True)
+    return v
+
+
+def _metrics(max_abs: float, snr_db: float, pct_over: float) -> dict:
+    return {"floor_eff": metrics.ATOL_FLOOR["bfloat16"], "max_abs": max_abs, "snr_db": snr_db,
+            "snr_inf": False, "ref_max_abs": 1e-9, "pct_over_tol": pct_over, "over_tol": 3,
+            "nonfinite_bad": 0, "worst": {}}  # fmt: skip
+
+
+RULE = {"max_ratio_to_floor": 3.0, "min_snr_db": 20.0, "max_pct_over_tol": 1.0}
+
+
+def test_relative_rules_skip_errors_below_the_absolute_floor() -> None:
+    # Saturated softmax: the oracle dQ is ~1e-9, the kernel's error 1e-9 (SNR 0 dB, every element
+    # outside the relative band), yet 1000x under the bf16 absolute floor: not a failure.
+    assert _check(_metrics(1e-9, 0.0, 100.0), RULE).passed
+
+
+def test_relative_rules_still_fire_above_the_absolute_floor() -> None:
+    atol = metrics.ATOL_FLOOR["bfloat16"]
+    v = _check(_metrics(2 * atol, 0.0, 100.0), RULE)
+    assert not v.passed
+    assert any("SNR" in f for f in v.failures) and any("N-ulp band" in f for f in v.failures)
