@@ -347,7 +347,8 @@ class LaunchConfig:
 # fwd 1.51 vs 1.55 ms (8/SM), bwd 3.52 vs 3.71 ms, rotary bwd 6.97 vs 9.40 ms: the loop over
 # tiles is not software-pipelined, while independent CTAs overlap one another's loads; 8 warps
 # were 1.5-2x slower and num_stages had no effect (benchmarks/results/tune_d128_h200.json).
-# The register caps come from the maxnreg sweep (benchmarks/results/tune_maxnreg_h200.json):
+# The register caps come from the maxnreg sweep (benchmarks/results/tune_maxnreg_h200.json; its
+# bwd rows measured a since-reverted bwd that re-loaded q and k, 3.89 vs 3.52 ms uncapped):
 # 128 registers fit 4 CTAs per SM instead of 3 (fwd D=128: 1.442 vs 1.488 ms; rotary fwd D=64:
 # 1.347 vs 1.909 ms), although ptxas then spills ~90-124 B per thread to L1: more loads in
 # flight outweigh it. Their spill budget is what compile-check accepts; more fails. Elsewhere a
