@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)  # argparse exits 2 on usage errors
     try:
         return int(args._main(args) or 0)
-    except (ValueError, TypeError, FileNotFoundError) as exc:
+    except (ValueError, TypeError, OSError) as exc:  # OSError: --out is a file, no access...
         print(f"blockattn {args.command}: error: {exc}", file=sys.stderr)
         return 2
 

@@ -18,7 +18,7 @@ from torch import Tensor
 
 from blockattn.kernels.attention import INTERPRET, attention_bwd, attention_fwd
 from blockattn.kernels.tiles import build_tile_table
-from blockattn.validation import check_attention_inputs
+from blockattn.validation import SUPPORTED_DTYPES, check_attention_inputs
 
 
 def _last_dim_contiguous(t: Tensor) -> Tensor:
@@ -144,6 +144,8 @@ def block_attention(
         q, k, v = q.values(), k.values(), v.values()
     elif offsets is None:
         raise TypeError("offsets is required unless q, k, v are torch.nested jagged tensors")
+    if not isinstance(rotate_v, bool):
+        raise TypeError(f"rotate_v must be a bool, got {type(rotate_v).__name__}")
     compiling = torch.compiler.is_compiling()
     check_attention_inputs(
         q,
@@ -154,7 +156,12 @@ def block_attention(
         scale=scale,
         sinu_pos=sinu_pos,
         max_seq_len=max_seq_len,
-        check_offset_values=not compiling and (max_seq_len is None or offsets.device.type == "cpu"),
+        check_offset_values=not compiling
+        and (
+            max_seq_len is None
+            or not isinstance(offsets, Tensor)  # rejected by the checks, named there
+            or offsets.device.type == "cpu"
+        ),
     )
     if sinu_pos is not None and sinu_pos.requires_grad:
         raise ValueError("sinu_pos.requires_grad=True is not supported: no gradient flows to it")
@@ -207,6 +214,8 @@ def projection_rotary_attention(
         )
     if w.dtype != x.dtype or w.device != x.device:
         raise TypeError(f"w ({w.dtype}, {w.device}) must match x ({x.dtype}, {x.device})")
+    if x.dtype not in SUPPORTED_DTYPES:
+        raise TypeError(f"x.dtype must be one of {SUPPORTED_DTYPES}, got {x.dtype}")
     D = w.shape[1] // n_heads
     if bias is not None:
         if bias.shape != (w.shape[1],):

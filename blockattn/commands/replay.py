@@ -22,13 +22,18 @@ def main(args: argparse.Namespace) -> int:
     from blockattn.harness.spec import CaseSpec
 
     src = Path(args.repro)
-    if src.is_file():
-        payload = json.loads(src.read_text())
-    elif args.repro.lstrip().startswith("{"):
-        payload = json.loads(args.repro)
-    else:
-        raise FileNotFoundError(f"no reproducer at {args.repro}")
-    spec_d = payload.get("spec", payload)
+    try:
+        if src.is_file():
+            payload = json.loads(src.read_text())
+        elif args.repro.lstrip().startswith("{"):
+            payload = json.loads(args.repro)
+        else:
+            raise FileNotFoundError(f"no reproducer at {args.repro}")
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"repro {args.repro!r}: not valid JSON ({exc})") from exc
+    spec_d = payload.get("spec", payload) if isinstance(payload, dict) else None
+    if not isinstance(spec_d, dict):
+        raise ValueError(f"repro {args.repro!r}: must be a JSON object with a 'spec' object")
     spec = CaseSpec.from_dict(spec_d)
     device = session.setup_device()
     ut0, bl0, provs0 = default_providers(device)

@@ -21,7 +21,10 @@ def main(args: argparse.Namespace) -> int:
 
     from oracles.selfcheck import format_markdown, run_selfchecks
 
-    device = torch.device(args.device)
+    try:
+        device = torch.device(args.device)
+    except RuntimeError as exc:
+        raise ValueError(f"--device {args.device!r}: not a torch device ({exc})") from exc
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"--device {args.device}: CUDA is not available")
     results = run_selfchecks(device=str(device))

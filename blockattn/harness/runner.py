@@ -126,7 +126,8 @@ def evaluate_case(
     t0 = time.perf_counter()
     try:
         inp = build_inputs(spec, dev)
-    except Exception as exc:  # e.g. CUDA OOM on a huge case: record it, go on with the next
+    except RuntimeError as exc:  # CUDA/CPU OOM on a huge case: record it, go on with the next
+        # (ValueError/TypeError are bad specs: usage errors, raised to the command -> exit 2)
         _release_cuda_memory(exc)
         rec["oracle_error"] = f"building inputs: {type(exc).__name__}: {exc}"
         rec["T"] = rec["max_seq_len"] = rec["n_seqs"] = rec["realized_sparsity"] = None

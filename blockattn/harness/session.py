@@ -88,6 +88,15 @@ def load_report_cases(path: str | Path) -> list[dict[str, Any]]:
     if p.suffix == ".jsonl":
         return load_records(p)
     try:
-        return json.loads(p.read_text())["cases"]
-    except (json.JSONDecodeError, KeyError) as exc:
-        raise ValueError(f"{p}: not a blockattn report.json ({exc})") from exc
+        cases = json.loads(p.read_text())["cases"]
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as exc:
+        raise ValueError(f"{p}: not a blockattn report.json ({exc!r})") from exc
+    for i, c in enumerate(cases if isinstance(cases, list) else [None]):
+        if not (
+            isinstance(c, dict)
+            and isinstance(c.get("case_id"), str)
+            and isinstance(c.get("spec"), dict)
+            and isinstance(c.get("providers"), dict)
+        ):
+            raise ValueError(f"{p}: cases[{i}] is not a blockattn result record")
+    return cases

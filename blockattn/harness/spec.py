@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,9 +45,22 @@ class CaseSpec:
             raise ValueError(f"variant must be one of {VARIANTS}, got {self.variant!r}")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {tuple(DTYPES)}, got {self.dtype!r}")
-        if not 0.0 <= self.sparsity <= 1.0:
-            raise ValueError(f"sparsity must be in [0, 1], got {self.sparsity}")
+        # Specs come from JSON reproducers and TOML files: type-check every field a tampered
+        # file could get wrong, so the error names it instead of failing deep in a case.
+        for name in ("seed", "B", "max_len", "H", "D"):
+            if not _is_int(getattr(self, name)):
+                raise TypeError(f"{name} must be an int, got {getattr(self, name)!r}")
+        if not _is_real(self.sparsity) or not 0.0 <= self.sparsity <= 1.0:
+            raise ValueError(f"sparsity must be in [0, 1], got {self.sparsity!r}")
+        if self.scale is not None and not (_is_real(self.scale) and math.isfinite(self.scale)):
+            raise ValueError(f"scale must be a finite number or None, got {self.scale!r}")
+        if self.kvheads is not None and not (_is_int(self.kvheads) and self.kvheads >= 1):
+            raise ValueError(f"kvheads must be an int >= 1 or None, got {self.kvheads!r}")
+        if not isinstance(self.rotate_v, bool):
+            raise TypeError(f"rotate_v must be a bool, got {self.rotate_v!r}")
         if self.lengths is not None:
+            if isinstance(self.lengths, (str, bytes)) or not all(map(_is_int, self.lengths)):
+                raise TypeError(f"lengths must be a list of ints, got {self.lengths!r}")
             object.__setattr__(self, "lengths", tuple(int(n) for n in self.lengths))
             if any(n < 0 for n in self.lengths):
                 raise ValueError("lengths must be >= 0")
@@ -102,3 +116,11 @@ class CaseSpec:
             f"{self.variant} {self.dtype} {shape} H={self.H} D={self.D} "
             f"dist={self.distribution} seed={self.seed}{extra}"
         )
+
+
+def _is_int(x: object) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _is_real(x: object) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
