@@ -366,6 +366,14 @@ CLI_BAD: list[tuple[list[str], str]] = [
     (["bench", "--seed", "x"], "--seed"),
     (["compile-check", "--bogus"], "--bogus"),
     (["nosuchcommand"], "nosuchcommand"),
+    # audit: claims files (missing, malformed, tampered schema), unknown ids, bad counts
+    (["audit", "--claims", "{empty}/nope.toml", "--quick"], "--claims"),
+    (["audit", "--claims", "{malformed.toml}", "--quick"], "--claims"),
+    (["audit", "--claims", "{v9.toml}", "--quick"], "--claims"),
+    (["audit", "--claim", "nosuch", "--quick"], "--claim"),
+    (["audit", "--seeds", "-1", "--claim", "nosuch"], "--seeds"),
+    (["mutants", "--mutant", "nosuch"], "--mutant"),
+    (["mutants", "--group", "bogus"], "--group"),
 ]
 
 
