@@ -119,3 +119,24 @@ def test_cli_loosening_requires_reason_and_released_files_are_immutable(
     assert tol.data["status"] == "released" and "v2.toml" in tolerances.read_manifest(tmp_path)
     assert cli.main([*args, "--reason", "again"]) == 2  # v2 is released now
     assert cli.main(["calibrate", str(run), "--out", str(tmp_path / "bad.toml")]) == 2
+
+
+def test_snr_and_pct_below_the_absolute_floor_do_not_calibrate() -> None:
+    """verdict skips SNR/pct when max_abs <= ATOL_FLOOR: a ~1e-9 dQ (saturated softmax) with
+    SNR 3 dB must not drag every case's min_snr_db down."""
+    recs = [_rec(i, ratio=1.0, snr=60.0, vb=0.5) for i in range(5)]
+    tiny = _rec(5, ratio=0.002, snr=3.0, vb=0.5)
+    tiny["providers"]["blockattn"]["tensors"]["O"].update(max_abs=2e-9, pct_over_tol=12.6)
+    rules, _ = calibrate.propose_rules([*recs, tiny], "blockattn", margin=2.0, quantile=99.9)
+    r = rules["blockattn"]["bfloat16"]["O"]
+    assert r["min_snr_db"] == math.floor(60.0 - 20 * math.log10(2))
+    assert r["max_pct_over_tol"] == calibrate.MIN_PCT_OVER_TOL
+
+
+def test_scaled_logits_get_an_override_not_the_base_rule() -> None:
+    recs = [_rec(i, ratio=1.0, snr=60.0, vb=0.5) for i in range(5)]
+    recs.append(_rec(5, ratio=10.0, snr=45.0, vb=0.5, dist="scaled_logits"))
+    rules, _ = calibrate.propose_rules(recs, "blockattn", margin=2.0, quantile=99.9)
+    r = rules["blockattn"]["bfloat16"]["O"]
+    assert r["max_ratio_to_floor"] == 2.0
+    assert r["dist"]["scaled_logits"]["max_ratio_to_floor"] == 20.0
