@@ -77,8 +77,10 @@ def launch_projection() -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--list", action="store_true", help="print the variants and exit")
+    ap.add_argument("--shard", default="0/1", help="I/N: run variants I, I+N, ... (cache warm-up)")
     args = ap.parse_args()
-    vs = variants()
+    i, n = (int(x) for x in args.shard.split("/"))
+    vs = variants()[i::n]
     if args.list:
         print("\n".join(map(str, vs)))
         return 0
@@ -87,7 +89,8 @@ def main() -> int:
         return 2
     for v in vs:
         launch(v)
-    launch_projection()
+    if i == 0:
+        launch_projection()
     print(f"launched {len(vs) + 1} variants (fwd + bwd each) on {torch.cuda.get_device_name()}")
     return 0
 
