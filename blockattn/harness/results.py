@@ -11,9 +11,7 @@ from typing import Any
 RESULTS = "results.jsonl"
 
 
-def iter_records(
-    path: str | Path, skipped: list[int] | None = None
-) -> Iterator[dict[str, Any]]:
+def iter_records(path: str | Path, skipped: list[int] | None = None) -> Iterator[dict[str, Any]]:
     """Records of a results.jsonl (or a directory holding one).
 
     A line that is not valid JSON is a torn write (the run was killed mid-line; a resumed run
