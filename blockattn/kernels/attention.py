@@ -337,7 +337,7 @@ class LaunchConfig:
     # Register cap per thread (ptxas -maxrregcount); None lets ptxas take up to 255, which
     # limits a 4-warp CTA to 2 per SM. A cap trades spills for resident CTAs (= loads in flight).
     maxnreg: int | None = None
-    # Spill bytes (stores, per ptxas) that compile-check accepts for this config: nonzero only
+    # Spill bytes (stores or loads, per ptxas) compile-check accepts for this config: nonzero only
     # where a register cap was measured faster despite its spills (see CONFIGS).
     accepted_spill_bytes: int = 0
 

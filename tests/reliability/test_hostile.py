@@ -85,6 +85,16 @@ def _attn_kwargs() -> dict[str, object]:
     return dict(q=BASE.q, k=BASE.k, v=BASE.v, offsets=BASE.offsets, sinu_pos=BASE.sinu_pos)
 
 
+def _expect_named_error(kw: dict[str, object], name: str, make: Callable, frag: str) -> None:
+    """Replace argument `name` by make() and call block_attention: it must raise an OK_EXC
+    whose message contains `frag`."""
+    kw[name] = make()
+    offsets = kw.pop("offsets")
+    with pytest.raises(OK_EXC) as ei:
+        block_attention(kw.pop("q"), kw.pop("k"), kw.pop("v"), offsets, **kw)
+    assert frag in str(ei.value), (name, frag, str(ei.value))
+
+
 @FAST
 @given(
     bad=st.sampled_from(ATTN_BAD),
@@ -105,22 +115,13 @@ def test_block_attention_rejects_and_names_the_argument(
         kw["offsets"] = BASE.offsets.to(torch.int64)
     if not rotary:
         kw["sinu_pos"] = None
-    kw[name] = make()
-    offsets = kw.pop("offsets")
-    with pytest.raises(OK_EXC) as ei:
-        block_attention(kw.pop("q"), kw.pop("k"), kw.pop("v"), offsets, **kw)
-    assert frag in str(ei.value), (name, frag, str(ei.value))
+    _expect_named_error(kw, name, make, frag)
 
 
 def test_block_attention_bad_arguments_table() -> None:
     # Deterministic sweep over the whole table (Hypothesis samples it; this covers every row).
     for name, make, frag in ATTN_BAD:
-        kw = _attn_kwargs()
-        kw[name] = make()
-        offsets = kw.pop("offsets")
-        with pytest.raises(OK_EXC) as ei:
-            block_attention(kw.pop("q"), kw.pop("k"), kw.pop("v"), offsets, **kw)
-        assert frag in str(ei.value), (name, frag, str(ei.value))
+        _expect_named_error(_attn_kwargs(), name, make, frag)
 
 
 def test_non_contiguous_and_overlapping_inputs_match_contiguous_copies() -> None:
