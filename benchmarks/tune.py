@@ -53,6 +53,7 @@ def main() -> None:
     ap.add_argument("--programs-per-sm", type=_ints, default=(0,))
     ap.add_argument("--maxnreg", type=_ints, default=(None, 128, 168, 200))
     ap.add_argument("--kernels", default="fwd,bwd")
+    ap.add_argument("--rotary", default="off,on", help="which of off,on to sweep")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -66,7 +67,9 @@ def main() -> None:
         table = build_tile_table(off, q.shape[0], 64)
         scale = 1 / math.sqrt(D)
         tb = q.numel() * q.element_size()
-        for kernel, rotary in itertools.product(args.kernels.split(","), (False, True)):
+        for kernel, rotary in itertools.product(
+            args.kernels.split(","), [r == "on" for r in args.rotary.split(",")]
+        ):
             sinu = case.sinu_pos if rotary else None
             key = (kernel, rotary, D)
             default = A.launch_config(*key)

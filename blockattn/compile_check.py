@@ -183,7 +183,9 @@ def _compile_one(variant: Variant, target: str) -> Result:
     q = torch.empty(0, dtype=dtype, device="meta")
     sinu = None if variant.rotary == "off" else torch.empty(0, device="meta")  # fp32 table
     flags = A._flags(q, sinu, rotate_v=variant.rotary == "rot")
+    cfg = A.launch_config(variant.kernel, variant.rotary != "off", variant.head_dim)
     constexprs: dict[str, Any] = dict(
+        PERSISTENT=cfg.programs_per_sm > 0,  # what a launch at shape P builds
         H=N_HEADS,
         HEAD_DIM=variant.head_dim,
         BLOCK=max(16, triton.next_power_of_2(BLOCK_SIZE)),
@@ -217,7 +219,6 @@ def _compile_one(variant: Variant, target: str) -> Result:
             signature[name] = "i32"
         else:
             raise RuntimeError(f"{fn.__name__}: argument {name} unknown to compile-check")
-    cfg = A.launch_config(variant.kernel, variant.rotary != "off", variant.head_dim)
     res.num_warps = cfg.num_warps
     src = ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
     log = io.StringIO()

@@ -176,41 +176,50 @@ def _store(tile, x, SIN, start, n, stride_st, ROTATE: tl.constexpr, IS_BF16: tl.
     tl.store(ptrs, _round_to(x, ptrs.dtype.element_ty, IS_BF16, INTERPRET), mask=mask)
 
 
+# ----------------------------------------------------------------------------- tile lookup
+
+
+@triton.jit
+def _tile_at(tile, tile_start, tile_len, n_tiles, H: tl.constexpr):
+    """(head, first token, valid tokens) of tile `tile`; n = 0 past the table (slot padding or
+    the persistent loop's overshoot), which masks every load and store of that tile."""
+    blk = tile // H
+    live = tile < n_tiles
+    n = tl.load(tile_len + blk, mask=live, other=0)
+    start = tl.load(tile_start + blk, mask=live, other=0)
+    return tile % H, start, n
+
+
 # ----------------------------------------------------------------------------- forward
 
 
 @triton.jit
-def _fwd_tile(tile, Q, K, V, O, SIN, tile_start, tile_len, n_tiles,
+def _fwd_tile(h, start, n, Q, K, V, O, SIN,
               stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
               stride_ot, stride_oh, stride_st, qk_scale,
-              H: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr,
+              HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr,
               ROTARY: tl.constexpr, ROTATE_V: tl.constexpr, SPLIT: tl.constexpr,
               IS_BF16: tl.constexpr, IEEE: tl.constexpr, INTERPRET: tl.constexpr):
     HALF: tl.constexpr = HEAD_DIM // 2
-    blk = tile // H
-    h = tile % H
-    n = tl.load(tile_len + blk, mask=tile < n_tiles, other=0)
-    if n > 0:
-        start = tl.load(tile_start + blk)
-        q = _load(_tile(Q, start, n, h, stride_qt, stride_qh, BLOCK, HEAD_DIM))
-        k = _load(_tile(K, start, n, h, stride_kt, stride_kh, BLOCK, HEAD_DIM))
-        v = _load(_tile(V, start, n, h, stride_vt, stride_vh, BLOCK, HEAD_DIM))
-        q_hi, q_lo = _operand(q, SIN, start, n, stride_st, ROTARY, SPLIT, IS_BF16,
-                              BLOCK, HALF, INTERPRET)
-        k_hi, k_lo = _operand(k, SIN, start, n, stride_st, ROTARY, SPLIT, IS_BF16,
-                              BLOCK, HALF, INTERPRET)
-        p = _probs(q_hi, q_lo, k_hi, k_lo, n, qk_scale, ROTARY and SPLIT, IEEE, INTERPRET, BLOCK)
-        # V is rotated only now, after q/k are dead, to keep register pressure down.
-        v_hi, v_lo = _operand(v, SIN, start, n, stride_st, ROTATE_V, SPLIT, IS_BF16,
-                              BLOCK, HALF, INTERPRET)
-        acc = tl.zeros((BLOCK, HEAD_DIM), dtype=tl.float32)
-        if SPLIT:
-            p_hi, p_lo = _split(p, q.dtype, IS_BF16, INTERPRET)
-            acc = _mma_split(p_hi, p_lo, v_hi, v_lo, acc, True, ROTATE_V, IEEE, INTERPRET)
-        else:
-            acc = _mma(p.to(q.dtype), v_hi, acc, IEEE, INTERPRET)
-        _store(_tile(O, start, n, h, stride_ot, stride_oh, BLOCK, HEAD_DIM), acc, SIN, start, n,
-               stride_st, False, IS_BF16, BLOCK, HALF, INTERPRET)
+    q = _load(_tile(Q, start, n, h, stride_qt, stride_qh, BLOCK, HEAD_DIM))
+    k = _load(_tile(K, start, n, h, stride_kt, stride_kh, BLOCK, HEAD_DIM))
+    v = _load(_tile(V, start, n, h, stride_vt, stride_vh, BLOCK, HEAD_DIM))
+    q_hi, q_lo = _operand(q, SIN, start, n, stride_st, ROTARY, SPLIT, IS_BF16,
+                          BLOCK, HALF, INTERPRET)
+    k_hi, k_lo = _operand(k, SIN, start, n, stride_st, ROTARY, SPLIT, IS_BF16,
+                          BLOCK, HALF, INTERPRET)
+    p = _probs(q_hi, q_lo, k_hi, k_lo, n, qk_scale, ROTARY and SPLIT, IEEE, INTERPRET, BLOCK)
+    # V is rotated only now, after q/k are dead, to keep register pressure down.
+    v_hi, v_lo = _operand(v, SIN, start, n, stride_st, ROTATE_V, SPLIT, IS_BF16,
+                          BLOCK, HALF, INTERPRET)
+    acc = tl.zeros((BLOCK, HEAD_DIM), dtype=tl.float32)
+    if SPLIT:
+        p_hi, p_lo = _split(p, q.dtype, IS_BF16, INTERPRET)
+        acc = _mma_split(p_hi, p_lo, v_hi, v_lo, acc, True, ROTATE_V, IEEE, INTERPRET)
+    else:
+        acc = _mma(p.to(q.dtype), v_hi, acc, IEEE, INTERPRET)
+    _store(_tile(O, start, n, h, stride_ot, stride_oh, BLOCK, HEAD_DIM), acc, SIN, start, n,
+           stride_st, False, IS_BF16, BLOCK, HALF, INTERPRET)
 
 
 @triton.jit
@@ -219,83 +228,82 @@ def _fwd_kernel(Q, K, V, O, SIN, tile_start, tile_len, n_tiles, n_programs, tile
                 stride_ot, stride_oh, stride_st, qk_scale,
                 H: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr,
                 ROTARY: tl.constexpr, ROTATE_V: tl.constexpr, SPLIT: tl.constexpr,
-                IS_BF16: tl.constexpr, IEEE: tl.constexpr, INTERPRET: tl.constexpr):
+                IS_BF16: tl.constexpr, IEEE: tl.constexpr, INTERPRET: tl.constexpr,
+                PERSISTENT: tl.constexpr):
     pid = tl.program_id(0)
-    if INTERPRET:
-        # One tile per program: the interpreter cannot take a runtime loop bound under
-        # numpy >= 2.4 (it converts a 1-element array to int). Same tile code as the GPU path.
-        _fwd_tile(pid, Q, K, V, O, SIN, tile_start, tile_len, n_tiles,
-                  stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
-                  stride_ot, stride_oh, stride_st, qk_scale,
-                  H, HEAD_DIM, BLOCK, ROTARY, ROTATE_V, SPLIT, IS_BF16, IEEE, INTERPRET)
-    else:
+    if PERSISTENT:
+        # Branch-free loop body (empty tiles are fully masked) so Triton's software pipeliner
+        # can issue the next tile's loads while this one computes. Round-robin: programs pid,
+        # pid+1, ... take neighbouring tiles (a block's heads).
         for i in tl.range(0, tiles_per_program):
-            # Round-robin: programs pid, pid+1, ... take neighbouring tiles (a block's heads).
-            _fwd_tile(pid + i * n_programs, Q, K, V, O, SIN, tile_start, tile_len, n_tiles,
+            h, start, n = _tile_at(pid + i * n_programs, tile_start, tile_len, n_tiles, H)
+            _fwd_tile(h, start, n, Q, K, V, O, SIN,
                       stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
                       stride_ot, stride_oh, stride_st, qk_scale,
-                      H, HEAD_DIM, BLOCK, ROTARY, ROTATE_V, SPLIT, IS_BF16, IEEE, INTERPRET)
+                      HEAD_DIM, BLOCK, ROTARY, ROTATE_V, SPLIT, IS_BF16, IEEE, INTERPRET)
+    else:  # one tile per program (always so under the interpreter): skip empty slots
+        h, start, n = _tile_at(pid, tile_start, tile_len, n_tiles, H)
+        if n > 0:
+            _fwd_tile(h, start, n, Q, K, V, O, SIN,
+                      stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
+                      stride_ot, stride_oh, stride_st, qk_scale,
+                      HEAD_DIM, BLOCK, ROTARY, ROTATE_V, SPLIT, IS_BF16, IEEE, INTERPRET)
 
 
 # ----------------------------------------------------------------------------- backward
 
 
 @triton.jit
-def _bwd_tile(tile, Q, K, V, DO, DQ, DK, DV, SIN, tile_start, tile_len, n_tiles,
+def _bwd_tile(h, start, n, Q, K, V, DO, DQ, DK, DV, SIN,
               stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
               stride_dot, stride_doh, stride_dqt, stride_dqh, stride_dkt, stride_dkh,
               stride_dvt, stride_dvh, stride_st, qk_scale, sm_scale,
-              H: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr,
+              HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr,
               ROTARY: tl.constexpr, ROTATE_V: tl.constexpr, SPLIT: tl.constexpr,
               IS_BF16: tl.constexpr, IEEE: tl.constexpr, INTERPRET: tl.constexpr):
     HALF: tl.constexpr = HEAD_DIM // 2
     QK_LO: tl.constexpr = ROTARY and SPLIT
     V_LO: tl.constexpr = ROTATE_V and SPLIT
-    blk = tile // H
-    h = tile % H
-    n = tl.load(tile_len + blk, mask=tile < n_tiles, other=0)
-    if n > 0:
-        start = tl.load(tile_start + blk)
-        q = _load(_tile(Q, start, n, h, stride_qt, stride_qh, BLOCK, HEAD_DIM))
-        k = _load(_tile(K, start, n, h, stride_kt, stride_kh, BLOCK, HEAD_DIM))
-        v = _load(_tile(V, start, n, h, stride_vt, stride_vh, BLOCK, HEAD_DIM))
-        do = _load(_tile(DO, start, n, h, stride_dot, stride_doh, BLOCK, HEAD_DIM))
-        q_hi, q_lo = _operand(q, SIN, start, n, stride_st, ROTARY, SPLIT, IS_BF16,
-                              BLOCK, HALF, INTERPRET)
-        k_hi, k_lo = _operand(k, SIN, start, n, stride_st, ROTARY, SPLIT, IS_BF16,
-                              BLOCK, HALF, INTERPRET)
-        p = _probs(q_hi, q_lo, k_hi, k_lo, n, qk_scale, QK_LO, IEEE, INTERPRET, BLOCK)
-        # dP = dO V^T; Di = rowsum(P * dP) in-tile (no stored O, no preprocessing pass).
-        v_hi, v_lo = _operand(v, SIN, start, n, stride_st, ROTATE_V, SPLIT, IS_BF16,
-                              BLOCK, HALF, INTERPRET)
-        dp = tl.zeros((BLOCK, BLOCK), dtype=tl.float32)
-        dp = _mma_split(do, do, tl.trans(v_hi), tl.trans(v_lo), dp, False, V_LO, IEEE, INTERPRET)
-        ds = p * (dp - tl.sum(p * dp, axis=1)[:, None])  # padded rows: dO = 0, so dS = 0
-        # Each gradient is stored as soon as it is complete, so only one (BLOCK, D) fp32
-        # accumulator is live at a time.
-        acc = tl.zeros((BLOCK, HEAD_DIM), dtype=tl.float32)
-        if SPLIT:
-            p_hi, p_lo = _split(p, q.dtype, IS_BF16, INTERPRET)
-            acc = _mma_split(tl.trans(p_hi), tl.trans(p_lo), do, do, acc, True, False, IEEE,
-                             INTERPRET)
-        else:
-            acc = _mma(tl.trans(p.to(q.dtype)), do, acc, IEEE, INTERPRET)
-        _store(_tile(DV, start, n, h, stride_dvt, stride_dvh, BLOCK, HEAD_DIM), acc, SIN, start, n,
-               stride_st, ROTATE_V, IS_BF16, BLOCK, HALF, INTERPRET)
-        if SPLIT:
-            ds_hi, ds_lo = _split(ds, q.dtype, IS_BF16, INTERPRET)
-        else:
-            ds_hi = ds.to(q.dtype)
-            ds_lo = ds_hi
-        acc = tl.zeros((BLOCK, HEAD_DIM), dtype=tl.float32)
-        acc = _mma_split(ds_hi, ds_lo, k_hi, k_lo, acc, SPLIT, QK_LO, IEEE, INTERPRET)
-        _store(_tile(DQ, start, n, h, stride_dqt, stride_dqh, BLOCK, HEAD_DIM), acc * sm_scale,
-               SIN, start, n, stride_st, ROTARY, IS_BF16, BLOCK, HALF, INTERPRET)
-        acc = tl.zeros((BLOCK, HEAD_DIM), dtype=tl.float32)
-        acc = _mma_split(tl.trans(ds_hi), tl.trans(ds_lo), q_hi, q_lo, acc, SPLIT, QK_LO, IEEE,
+    q = _load(_tile(Q, start, n, h, stride_qt, stride_qh, BLOCK, HEAD_DIM))
+    k = _load(_tile(K, start, n, h, stride_kt, stride_kh, BLOCK, HEAD_DIM))
+    v = _load(_tile(V, start, n, h, stride_vt, stride_vh, BLOCK, HEAD_DIM))
+    do = _load(_tile(DO, start, n, h, stride_dot, stride_doh, BLOCK, HEAD_DIM))
+    q_hi, q_lo = _operand(q, SIN, start, n, stride_st, ROTARY, SPLIT, IS_BF16,
+                          BLOCK, HALF, INTERPRET)
+    k_hi, k_lo = _operand(k, SIN, start, n, stride_st, ROTARY, SPLIT, IS_BF16,
+                          BLOCK, HALF, INTERPRET)
+    p = _probs(q_hi, q_lo, k_hi, k_lo, n, qk_scale, QK_LO, IEEE, INTERPRET, BLOCK)
+    # dP = dO V^T; Di = rowsum(P * dP) in-tile (no stored O, no preprocessing pass).
+    v_hi, v_lo = _operand(v, SIN, start, n, stride_st, ROTATE_V, SPLIT, IS_BF16,
+                          BLOCK, HALF, INTERPRET)
+    dp = tl.zeros((BLOCK, BLOCK), dtype=tl.float32)
+    dp = _mma_split(do, do, tl.trans(v_hi), tl.trans(v_lo), dp, False, V_LO, IEEE, INTERPRET)
+    ds = p * (dp - tl.sum(p * dp, axis=1)[:, None])  # padded rows: dO = 0, so dS = 0
+    # Each gradient is stored as soon as it is complete, so only one (BLOCK, D) fp32
+    # accumulator is live at a time.
+    acc = tl.zeros((BLOCK, HEAD_DIM), dtype=tl.float32)
+    if SPLIT:
+        p_hi, p_lo = _split(p, q.dtype, IS_BF16, INTERPRET)
+        acc = _mma_split(tl.trans(p_hi), tl.trans(p_lo), do, do, acc, True, False, IEEE,
                          INTERPRET)
-        _store(_tile(DK, start, n, h, stride_dkt, stride_dkh, BLOCK, HEAD_DIM), acc * sm_scale,
-               SIN, start, n, stride_st, ROTARY, IS_BF16, BLOCK, HALF, INTERPRET)
+    else:
+        acc = _mma(tl.trans(p.to(q.dtype)), do, acc, IEEE, INTERPRET)
+    _store(_tile(DV, start, n, h, stride_dvt, stride_dvh, BLOCK, HEAD_DIM), acc, SIN, start, n,
+           stride_st, ROTATE_V, IS_BF16, BLOCK, HALF, INTERPRET)
+    if SPLIT:
+        ds_hi, ds_lo = _split(ds, q.dtype, IS_BF16, INTERPRET)
+    else:
+        ds_hi = ds.to(q.dtype)
+        ds_lo = ds_hi
+    acc = tl.zeros((BLOCK, HEAD_DIM), dtype=tl.float32)
+    acc = _mma_split(ds_hi, ds_lo, k_hi, k_lo, acc, SPLIT, QK_LO, IEEE, INTERPRET)
+    _store(_tile(DQ, start, n, h, stride_dqt, stride_dqh, BLOCK, HEAD_DIM), acc * sm_scale,
+           SIN, start, n, stride_st, ROTARY, IS_BF16, BLOCK, HALF, INTERPRET)
+    acc = tl.zeros((BLOCK, HEAD_DIM), dtype=tl.float32)
+    acc = _mma_split(tl.trans(ds_hi), tl.trans(ds_lo), q_hi, q_lo, acc, SPLIT, QK_LO, IEEE,
+                     INTERPRET)
+    _store(_tile(DK, start, n, h, stride_dkt, stride_dkh, BLOCK, HEAD_DIM), acc * sm_scale,
+           SIN, start, n, stride_st, ROTARY, IS_BF16, BLOCK, HALF, INTERPRET)
 
 
 @triton.jit
@@ -306,23 +314,25 @@ def _bwd_kernel(Q, K, V, DO, DQ, DK, DV, SIN,
                 stride_dvt, stride_dvh, stride_st, qk_scale, sm_scale,
                 H: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr,
                 ROTARY: tl.constexpr, ROTATE_V: tl.constexpr, SPLIT: tl.constexpr,
-                IS_BF16: tl.constexpr, IEEE: tl.constexpr, INTERPRET: tl.constexpr):
+                IS_BF16: tl.constexpr, IEEE: tl.constexpr, INTERPRET: tl.constexpr,
+                PERSISTENT: tl.constexpr):
     pid = tl.program_id(0)
-    if INTERPRET:  # one tile per program, as in _fwd_kernel
-        _bwd_tile(pid, Q, K, V, DO, DQ, DK, DV, SIN, tile_start, tile_len, n_tiles,
-                  stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
-                  stride_dot, stride_doh, stride_dqt, stride_dqh, stride_dkt, stride_dkh,
-                  stride_dvt, stride_dvh, stride_st, qk_scale, sm_scale,
-                  H, HEAD_DIM, BLOCK, ROTARY, ROTATE_V, SPLIT, IS_BF16, IEEE, INTERPRET)
-    else:
+    if PERSISTENT:  # branch-free, as in _fwd_kernel
         for i in tl.range(0, tiles_per_program):
-            _bwd_tile(pid + i * n_programs, Q, K, V, DO, DQ, DK, DV, SIN,
-                      tile_start, tile_len, n_tiles,
+            h, start, n = _tile_at(pid + i * n_programs, tile_start, tile_len, n_tiles, H)
+            _bwd_tile(h, start, n, Q, K, V, DO, DQ, DK, DV, SIN,
                       stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
                       stride_dot, stride_doh, stride_dqt, stride_dqh, stride_dkt, stride_dkh,
                       stride_dvt, stride_dvh, stride_st, qk_scale, sm_scale,
-                      H, HEAD_DIM, BLOCK, ROTARY, ROTATE_V, SPLIT, IS_BF16, IEEE, INTERPRET)
-
+                      HEAD_DIM, BLOCK, ROTARY, ROTATE_V, SPLIT, IS_BF16, IEEE, INTERPRET)
+    else:
+        h, start, n = _tile_at(pid, tile_start, tile_len, n_tiles, H)
+        if n > 0:
+            _bwd_tile(h, start, n, Q, K, V, DO, DQ, DK, DV, SIN,
+                      stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
+                      stride_dot, stride_doh, stride_dqt, stride_dqh, stride_dkt, stride_dkh,
+                      stride_dvt, stride_dvh, stride_st, qk_scale, sm_scale,
+                      HEAD_DIM, BLOCK, ROTARY, ROTATE_V, SPLIT, IS_BF16, IEEE, INTERPRET)
 
 # ----------------------------------------------------------------------------- launchers
 
@@ -403,7 +413,7 @@ def attention_fwd(q: Tensor, k: Tensor, v: Tensor, table: TileTable, sinu_pos: T
         o.stride(0), o.stride(1), sin.stride(0), scale * LOG2E,
         H=H, HEAD_DIM=D, BLOCK=max(16, triton.next_power_of_2(block_size)),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, maxnreg=cfg.maxnreg,
-        **_flags(q, sinu_pos, rotate_v),
+        PERSISTENT=grid < n_tiles, **_flags(q, sinu_pos, rotate_v),
     )  # fmt: skip
     return o
 
@@ -432,6 +442,6 @@ def attention_bwd(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor, table: Tile
         scale * LOG2E, scale,
         H=H, HEAD_DIM=D, BLOCK=max(16, triton.next_power_of_2(block_size)),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, maxnreg=cfg.maxnreg,
-        **_flags(q, sinu_pos, rotate_v),
+        PERSISTENT=grid < n_tiles, **_flags(q, sinu_pos, rotate_v),
     )  # fmt: skip
     return dq, dk, dv
