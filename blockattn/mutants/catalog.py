@@ -161,9 +161,9 @@ CORE: tuple[Mutant, ...] = (
         "head-index-from-block",
         "core",
         ATT,
-        "HALF: tl.constexpr = HEAD_DIM // 2\n    blk = tile // H\n    h = tile % H\n",
-        "HALF: tl.constexpr = HEAD_DIM // 2\n    blk = tile // H\n    h = blk % H\n",
-        "forward head index taken from the block index (some heads computed twice, some never)",
+        "    return tile % H, start, n\n",
+        "    return blk % H, start, n\n",
+        "head index taken from the block index (some heads computed twice, some never)",
     ),
     Mutant(
         "strides-assumed-contiguous",
@@ -178,10 +178,8 @@ CORE: tuple[Mutant, ...] = (
         "single-token-block-skipped",
         "core",
         ATT,
-        "HALF: tl.constexpr = HEAD_DIM // 2\n    blk = tile // H\n    h = tile % H\n"
-        "    n = tl.load(tile_len + blk, mask=tile < n_tiles, other=0)\n    if n > 0:",
-        "HALF: tl.constexpr = HEAD_DIM // 2\n    blk = tile // H\n    h = tile % H\n"
-        "    n = tl.load(tile_len + blk, mask=tile < n_tiles, other=0)\n    if n > 1:",
+        "        if n > 0:\n            _fwd_tile(",
+        "        if n > 1:\n            _fwd_tile(",
         "forward empty-tile guard `n > 1`: blocks of one token are never written",
     ),
     Mutant(
@@ -278,9 +276,9 @@ ROTARY: tuple[Mutant, ...] = (
         "rotary",
         ATT,
         "# V is rotated only now, after q/k are dead, to keep register pressure down.\n"
-        "        v_hi, v_lo = _operand(v, SIN, start, n, stride_st, ROTATE_V,",
+        "    v_hi, v_lo = _operand(v, SIN, start, n, stride_st, ROTATE_V,",
         "# V is rotated only now, after q/k are dead, to keep register pressure down.\n"
-        "        v_hi, v_lo = _operand(v, SIN, start, n, stride_st, ROTARY,",
+        "    v_hi, v_lo = _operand(v, SIN, start, n, stride_st, ROTARY,",
         "forward rotates V whenever rotary is on, ignoring rotate_v=False",
     ),
     Mutant(

@@ -24,6 +24,7 @@ from blockattn.cases import make_case
 T, H, D = 68, 1, 64  # lengths (3, 65): a partial block and a full one + 1
 BASE = make_case(lengths=[3, 65], H=H, D=D, dtype=torch.bfloat16, seed=1)
 OK_EXC = (TypeError, ValueError)
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"  # for the two tests that run a kernel
 # Hypothesis draws the corruption; each run is a cheap check, so the example budget stays small.
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -128,18 +129,20 @@ def test_non_contiguous_and_overlapping_inputs_match_contiguous_copies() -> None
     # Any token/head strides are legal inputs (read-only): results must equal contiguous copies.
     lengths = [3, 65]
     c = make_case(lengths=lengths, H=2, D=64, dtype=torch.bfloat16, seed=2)
-    wide = torch.cat([c.q, c.k], dim=-1)  # (T, H, 128): q is a D-strided view
+    ck, cv, off = c.k.to(DEVICE), c.v.to(DEVICE), c.offsets.to(DEVICE)
+    wide = torch.cat([c.q.to(DEVICE), ck], dim=-1)  # (T, H, 128): q is a D-strided view
     q = wide[..., :64]
-    k_over = c.k[:1].expand(c.k.shape[0], -1, -1)  # token stride 0: all tokens alias one row
-    v_t = c.v.transpose(0, 1).contiguous().transpose(0, 1)  # head-major layout
-    got = block_attention(q, k_over, v_t, c.offsets)
-    want = block_attention(q.contiguous(), k_over.contiguous(), v_t.contiguous(), c.offsets)
+    k_over = ck[:1].expand(ck.shape[0], -1, -1)  # token stride 0: all tokens alias one row
+    v_t = cv.transpose(0, 1).contiguous().transpose(0, 1)  # head-major layout
+    got = block_attention(q, k_over, v_t, off)
+    want = block_attention(q.contiguous(), k_over.contiguous(), v_t.contiguous(), off)
     assert torch.equal(got.view(torch.int16), want.view(torch.int16))
 
 
 def test_outputs_never_alias_inputs() -> None:
-    o = block_attention(BASE.q, BASE.k, BASE.v, BASE.offsets)
-    for t in (BASE.q, BASE.k, BASE.v):
+    q, k, v, off = (t.to(DEVICE) for t in (BASE.q, BASE.k, BASE.v, BASE.offsets))
+    o = block_attention(q, k, v, off)
+    for t in (q, k, v):
         assert o.untyped_storage().data_ptr() != t.untyped_storage().data_ptr()
 
 
