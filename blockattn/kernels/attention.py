@@ -354,9 +354,11 @@ class LaunchConfig:
 
 # Chosen on an H200 by benchmarks/tune.py; keys: (kernel, rotary, head_dim).
 # One program per tile beat every persistent grid size on an H200 at shape P (D=128):
-# fwd 1.51 vs 1.55 ms (8/SM), bwd 3.52 vs 3.71 ms, rotary bwd 6.97 vs 9.40 ms: the loop over
-# tiles is not software-pipelined, while independent CTAs overlap one another's loads; 8 warps
-# were 1.5-2x slower and num_stages had no effect (benchmarks/results/tune_d128_h200.json).
+# fwd 1.51 vs 1.55 ms (8/SM), bwd 3.52 vs 3.71 ms, rotary bwd 6.97 vs 9.40 ms; 8 warps were
+# 1.5-2x slower (benchmarks/results/tune_d128_h200.json). Since the persistent loop became
+# branch-free, Triton software-pipelines it (num_stages >= 2), but two stages of q/k/v/dO take
+# 144 KB of shared memory, 1 CTA per SM: bwd 3.97 vs 3.45 ms
+# (benchmarks/results/h200_2026-11-22b/tune_persistent_d128.json).
 # The register caps come from the maxnreg sweep (benchmarks/results/tune_maxnreg_h200.json; its
 # bwd rows measured a since-reverted bwd that re-loaded q and k, 3.89 vs 3.52 ms uncapped):
 # 128 registers fit 4 CTAs per SM instead of 3 (fwd D=128: 1.442 vs 1.488 ms; rotary fwd D=64:
