@@ -23,9 +23,30 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", choices=("ci", "gpu", "nightly"), help="fuzz space (per device)")
     p.add_argument("--providers", help="comma list (default: the gate's, per device)")
     p.add_argument("--no-corpus", action="store_true", help="skip the corpus (run it once else)")
+    p.add_argument(
+        "--every-distribution",
+        action="store_true",
+        help="run each fuzz draw once per input distribution (6x the cases): no distribution "
+        "is left to the sampler's luck",
+    )
     p.add_argument("--tolerances", type=Path, help="default: newest released for this device")
     p.add_argument("--out", type=Path, help="report dir (default reports/false-alarms-*)")
     p.add_argument("--no-progress", action="store_true")
+
+
+def _every_distribution(specs: list) -> list:
+    """Each fuzz spec once per input distribution (corpus specs unchanged)."""
+    import dataclasses
+
+    from blockattn.cases import DISTRIBUTIONS
+
+    out = []
+    for s in specs:
+        if s.source != "fuzz":
+            out.append(s)
+            continue
+        out += [dataclasses.replace(s, distribution=d) for d in DISTRIBUTIONS]
+    return out
 
 
 def main(args: argparse.Namespace) -> int:
@@ -56,6 +77,8 @@ def main(args: argparse.Namespace) -> int:
             max_cases=None,
         )
         ut, bl, provs, profile, specs = resolve_plan(ns, device)
+        if args.every_distribution:
+            specs = _every_distribution(specs)
         if i > 0 or args.no_corpus:
             specs = [s for s in specs if s.source != "corpus"]  # deterministic: gate it once
         records = run_cases(
@@ -71,7 +94,10 @@ def main(args: argparse.Namespace) -> int:
         bad = [v for v in vs if not v.passed]
         failures += [{"seed": seed, "case_id": v.case_id, "failures": v.failures} for v in bad]
         cmd = (
-            f"blockattn gate --tolerances {tol.path} --fuzz {args.fuzz} --seed {seed} "
+            f"blockattn false-alarms --tolerances {tol.path} --fuzz {args.fuzz} --seeds 1 "
+            f"--first-seed {seed} --every-distribution"
+            if args.every_distribution
+            else f"blockattn gate --tolerances {tol.path} --fuzz {args.fuzz} --seed {seed} "
             f"--profile {profile}" + (f" --providers {args.providers}" if args.providers else "")
         )
         rows.append(

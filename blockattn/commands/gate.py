@@ -36,9 +36,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true")
 
 
+def _device_of(records: list[dict]) -> str:
+    devs = {r.get("device") for r in records} - {None}
+    return "cuda" if "cuda" in devs else "cpu"
+
+
 def main(args: argparse.Namespace) -> int:
     from blockattn.harness import session, tolerances, verdict
-    from blockattn.harness.summarize import markdown_tables, verdict_markdown
+    from blockattn.harness.summarize import (
+        elementwise_markdown,
+        markdown_tables,
+        verdict_markdown,
+    )
 
     tol = tolerances.load(args.tolerances)  # ToleranceError is a ValueError -> exit 2
     problems = tolerances.check_manifest(args.tolerances.parent)
@@ -46,8 +55,16 @@ def main(args: argparse.Namespace) -> int:
         raise ValueError("; ".join(problems))
     ut = args.under_test or tol.under_test
     baseline_cases = None
+    if args.max_cases is not None and args.max_cases < 1:
+        raise ValueError(f"--max-cases must be >= 1, got {args.max_cases}: a gate over no case "
+                         "shows nothing")
     if args.baseline is not None:
-        baseline_cases = {r["case_id"]: r for r in session.load_report_cases(args.baseline)}
+        try:
+            baseline_cases = {r["case_id"]: r for r in session.load_report_cases(args.baseline)}
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"--baseline {args.baseline}: unreadable ({exc})") from exc
+        if not baseline_cases:
+            raise ValueError(f"--baseline {args.baseline}: holds no case")
     if args.report is not None:
         records = session.load_report_cases(args.report)
         out = args.report
@@ -94,16 +111,17 @@ def main(args: argparse.Namespace) -> int:
             except OSError as exc:
                 cmd = f"(could not write reproducer: {exc})"
             rec["verdict"] = {**rec.get("verdict", {}), "replay": cmd}
-    regress: list[tuple[str, str]] = []
-    missing_in_baseline = 0
-    if baseline_cases is not None:
-        for r in records:
-            old = baseline_cases.get(r["case_id"])
-            if old is None:
-                missing_in_baseline += 1
-                continue
-            regress += [(r["case_id"], msg) for msg in verdict.regressions(r, old, tol, ut)]
-    failed = any(not v.passed for v in verdicts) or bool(regress)
+    from blockattn.harness.gate_rules import decide
+    from blockattn.harness.selftest import run_selftest
+
+    decision = decide(records, verdicts, baseline_cases, tol, ut)
+    if args.baseline is not None and tol.schema < 2:
+        decision.reasons.append("schema-1 file: regressions judged on ratio_to_floor only")
+    selftest = run_selftest(tol, ut, _device_of(records))
+    for p_ in selftest:
+        decision.fail(p_)
+    regress, missing_in_baseline = decision.regressions, decision.missing_in_baseline
+    failed = decision.failed
     bases = {r.get("baseline") for r in records}
     lines = [
         f"## blockattn gate: {'❌ FAIL' if failed else '✅ PASS'}",
@@ -112,6 +130,9 @@ def main(args: argparse.Namespace) -> int:
         f"{tol.sha256[:12]}, calibrated on {tol.data['provenance']['device']}: "
         f"{tol.data['provenance']['gpu']}) · under test `{ut}` · report `{out}`",
     ]
+    lines += [f"- ❌ {why}" for why in decision.reasons if decision.failed] or []
+    if not selftest and tol.schema >= 2:
+        lines.append("\nJudge self-test (known answers, `blockattn/harness/selftest.py`): ✅")
     if tol.data["status"] != "released":
         lines.append("\n> ⚠️ tolerance file is not released (status = proposed)")
     if bases - {tol.baseline}:
@@ -120,6 +141,9 @@ def main(args: argparse.Namespace) -> int:
             f"calibrated baseline `{tol.baseline}`: max_ratio_to_baseline not gated"
         )
     lines += ["", verdict_markdown(verdicts, records)]
+    ew = elementwise_markdown(records, under_test=ut)
+    if ew:
+        lines += ["", ew]
     if baseline_cases is not None:
         lines += [
             "",

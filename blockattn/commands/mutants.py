@@ -16,7 +16,15 @@ HELP = (
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mutant", action="append", help="only this mutant (repeatable)")
-    p.add_argument("--group", choices=("core", "rotary"), help="only this group")
+    p.add_argument(
+        "--group", choices=("core", "rotary", "precision", "suite"), help="only this group"
+    )
+    p.add_argument(
+        "--baseline",
+        type=Path,
+        help="baseline report (as for `gate --baseline`): each case is also judged for "
+        "elementwise regressions against it",
+    )
     p.add_argument("--ci", action="store_true", help="only the CI subset (one per bug class)")
     p.add_argument("--list", action="store_true", help="list the mutants and exit")
     p.add_argument("--fuzz", type=int, default=2, help="seeded fuzz cases after the corpus")
@@ -86,7 +94,13 @@ def main(args: argparse.Namespace) -> int:
     tol = load_tolerances(ns, device)
     if tol is None:
         raise ValueError("no released tolerance file found: pass --tolerances")
-    plan = runner.make_plan(device, str(tol.path), args.fuzz, args.seed, args.keep_going)
+    plan = runner.make_plan(
+        device, str(Path(tol.path).resolve()), args.fuzz, args.seed, args.keep_going
+    )
+    if args.baseline is not None:
+        if not session.load_report_cases(args.baseline):
+            raise ValueError(f"--baseline {args.baseline}: holds no case")
+        plan["baseline_report"] = str(args.baseline.resolve())
     info = device_info()
     print(
         f"blockattn mutants: {len(mutants)} mutants x quick tier ({len(plan['specs'])} cases) "
@@ -97,6 +111,7 @@ def main(args: argparse.Namespace) -> int:
     meta = {
         **info,
         "tolerances": str(tol.path),
+        "baseline_report": plan.get("baseline_report"),
         "n_cases": len(plan["specs"]),
         "fuzz": args.fuzz,
         "seed": args.seed,

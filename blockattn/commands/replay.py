@@ -42,8 +42,9 @@ def main(args: argparse.Namespace) -> int:
     provs = [s for s in (args.providers or "").split(",") if s] or list(
         dict.fromkeys([ut, bl, *provs0])
     )
-    rec = evaluate_case(spec, provs, ut, bl)
     tol_path = args.tolerances or payload.get("tolerances")
+    tol = tolerances.load(tol_path) if tol_path else None
+    rec = evaluate_case(spec, provs, ut, bl, tol=tol)
     print(f"case {rec['case_id']}: {spec.short()}  (T={rec['T']}, device {rec['device']})")
     if rec["oracle_error"]:
         print(f"oracle error: {rec['oracle_error']}")
@@ -62,10 +63,21 @@ def main(args: argparse.Namespace) -> int:
                 f"{m['nonfinite_bad']}  worst [{where}] got {w.get('value')} want "
                 f"{_g(w.get('oracle'))}"
             )
+            u, b = m.get("ulp") or {}, m.get("bound")
+            if u:
+                q = u["quantiles"]
+                line = (
+                    f"  {'':>10} {'':>5}  correctly rounded {u['pct_correctly_rounded']:.3f}%  "
+                    f"faithful {u['pct_faithful']:.3f}%  p99.99 {_g(q['p99.99'])} ulp  max "
+                    f"{_g(q['max'])} ulp"
+                )
+                if b:
+                    line += f"  violations {b['violations']} ({b['model']})"
+                print(line)
     if args.json:
         print(json.dumps(rec, indent=1))
     if tol_path:
-        v = verdict.evaluate(rec, tolerances.load(tol_path), ut)
+        v = verdict.evaluate(rec, tol, ut)
         print("PASS" if v.passed else "FAIL")
         for f in v.failures:
             print(f"  - {f}")

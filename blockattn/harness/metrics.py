@@ -19,6 +19,10 @@ eps = machine epsilon of the case dtype (bf16 2^-7, fp16 2^-10, fp32 2^-23).
   the rms term because attention outputs/grads are sums whose absolute error scales with the
   row magnitude, not with the (possibly cancelled) element.
 * nonfinite_bad: NaN/Inf in y where r is finite - always a failure.
+
+Per element (blockattn/bounds/elementwise.py; fields in blockattn/bounds/RECORD.md): "ulp" (error
+in ulps of the exact value: % correctly rounded, % faithful, quantiles, histogram, worst element)
+and "bound" (elements beyond the provider's accuracy-model bound, when the run has one).
 """
 
 from __future__ import annotations
@@ -95,12 +99,31 @@ def tensor_metrics(
     dtype_name: str,
     *,
     atol_floor: float | None = None,
+    bound: torch.Tensor | None = None,
+    model: Any = None,  # blockattn.bounds.models.Model the bound was computed for
+    tmap: Any = None,  # blockattn.bounds.elementwise.TokenMap of the case
 ) -> dict[str, Any]:
     """The module docstring's metrics of `out` against `ref`, computed on `ref`'s device."""
-    from blockattn.harness.spec import DTYPES
+    from blockattn.bounds.elementwise import elementwise_metrics
 
     if tuple(out.shape) != tuple(ref.shape):
         raise ValueError(f"shape mismatch: output {tuple(out.shape)} vs oracle {tuple(ref.shape)}")
+    if bound is not None and tuple(bound.shape) != tuple(ref.shape):
+        raise ValueError(f"shape mismatch: bound {tuple(bound.shape)} vs oracle {tuple(ref.shape)}")
+    res = _whole_tensor_metrics(out, ref, dtype_name, atol_floor)
+    el = elementwise_metrics(
+        out, ref, dtype_name, bound=bound, c=model.c if model is not None else 1.0, tmap=tmap
+    )
+    if el["bound"] is not None:
+        el["bound"] = {"model": model.name, "c": model.c, "model_sha": model.sha, **el["bound"]}
+    return {**res, **el}
+
+
+def _whole_tensor_metrics(
+    out: torch.Tensor, ref: torch.Tensor, dtype_name: str, atol_floor: float | None
+) -> dict[str, Any]:
+    from blockattn.harness.spec import DTYPES
+
     n = ref.numel()
     if n == 0:
         return _empty_metrics(0, effective_floor(ref, dtype_name, atol_floor))

@@ -39,3 +39,21 @@ def oracle_outputs(inp: Inputs) -> dict[str, torch.Tensor]:
         *args, inp.grad_out, rotate_v=spec.rotate_v, **kw
     )
     return {"O": o, "dX": dx, "dW": dw, "dbias": db}
+
+
+def oracle_bounds(inp: Inputs, models: list[dict]) -> list[dict[str, torch.Tensor]]:
+    """Per model (resolved for the case dtype), per output: the FP64 analysis' error bound E
+    (`oracles.error_bound`), on the case's device, before each output's final store."""
+    from oracles import error_bound
+
+    spec = inp.spec
+    kw = {"block_size": 64, "scale": spec.scale, "rotate_v": spec.rotate_v, "models": models}
+    if spec.variant == "projection":
+        return error_bound.projection_error_bounds(
+            inp.x, inp.w, inp.bias, inp.sinu_pos, inp.offsets, inp.qheads, inp.kvheads,
+            inp.grad_out, **kw,
+        )  # fmt: skip
+    sinu = inp.sinu_pos if spec.variant == "rotary" else None
+    return error_bound.attention_error_bounds(
+        inp.q, inp.k, inp.v, inp.offsets, inp.grad_out, sinu_pos=sinu, **kw
+    )

@@ -18,7 +18,7 @@ import torch
 from blockattn.harness import metrics, providers
 from blockattn.harness.inputs import Inputs, build_inputs
 from blockattn.harness.providers import OUTPUT_KEYS, Unsupported
-from blockattn.harness.reference import oracle_outputs
+from blockattn.harness.reference import oracle_bounds, oracle_outputs
 from blockattn.harness.results import ResultsWriter, load_records
 from blockattn.harness.spec import CaseSpec
 
@@ -62,8 +62,26 @@ def _snapshot(inp: Inputs) -> dict[str, torch.Tensor]:
     return {n: getattr(inp, n).clone() for n in names if getattr(inp, n) is not None}
 
 
+def _bounds_for(prov: providers.Provider, inp: Inputs, tol) -> tuple[Any, dict | None]:
+    """(model, {tensor: E}) of the provider's accuracy model in `tol`; (None, None) without one.
+
+    The model is the one the tolerance file's rule for this provider names (the verdict checks
+    that it is the one the provider declares)."""
+    model = tol.model_for(prov.name) if tol is not None else None
+    if model is None:
+        return None, None
+    (bounds,) = oracle_bounds(inp, [model.resolve(inp.spec.dtype)])
+    return model, bounds
+
+
 def _run_provider(
-    prov: providers.Provider, inp: Inputs, variant: str, ref: dict[str, torch.Tensor], dtype: str
+    prov: providers.Provider,
+    inp: Inputs,
+    variant: str,
+    ref: dict[str, torch.Tensor],
+    dtype: str,
+    tol=None,  # Tolerances | None: supplies the accuracy model of the elementwise bound
+    tmap=None,
 ) -> dict[str, Any]:
     before = _snapshot(inp)
     t0 = time.perf_counter()
@@ -97,11 +115,19 @@ def _run_provider(
         return {"status": "error", "reason": f"missing outputs {missing}", "time_s": elapsed}
     tensors = {}
     try:
+        model, bounds = _bounds_for(prov, inp, tol)
         for key in OUTPUT_KEYS[variant]:
-            tensors[key] = metrics.tensor_metrics(out[key], ref[key], dtype)
+            tensors[key] = metrics.tensor_metrics(
+                out[key], ref[key], dtype, bound=None if bounds is None else bounds[key],
+                model=model, tmap=tmap,
+            )  # fmt: skip
+        del bounds
     except ValueError as exc:
         return {"status": "error", "reason": str(exc), "time_s": elapsed}
-    return {"status": "ok", "reason": None, "time_s": elapsed, "tensors": tensors}
+    res = {"status": "ok", "reason": None, "time_s": elapsed, "tensors": tensors}
+    if prov.accuracy_model is not None:
+        res["accuracy_model"] = prov.accuracy_model
+    return res
 
 
 def evaluate_case(
@@ -110,7 +136,10 @@ def evaluate_case(
     under_test: str,
     baseline: str,
     device: str | None = None,
+    tol=None,  # Tolerances | None: its accuracy models give each provider's elementwise bound
 ) -> dict[str, Any]:
+    from blockattn.bounds.elementwise import TokenMap
+
     info = device_info()
     dev = device or info["device"]
     rec: dict[str, Any] = {
@@ -149,9 +178,14 @@ def evaluate_case(
         rec["wall_s"] = time.perf_counter() - t0
         return rec
     rec["oracle_s"] = time.perf_counter() - t0
+    tmap = TokenMap(inp.offsets, inp.T, 64, ref["O"].device)
+    if tol is not None:
+        rec["tolerances"] = {"version": tol.version, "sha256": tol.sha256}
     for name in provider_names:
         prov = providers.get(name)
-        rec["providers"][name] = _run_provider(prov, inp, spec.variant, ref, spec.dtype)
+        rec["providers"][name] = _run_provider(
+            prov, inp, spec.variant, ref, spec.dtype, tol, tmap
+        )
     ut, bl = rec["providers"].get(under_test), rec["providers"].get(baseline)
     if ut and bl and ut["status"] == "ok" and bl["status"] == "ok":
         rec["vs_baseline"] = {
@@ -247,7 +281,7 @@ def run_cases(
     bar = Progress(len(todo), progress)
     with ResultsWriter(out) as w:
         for spec in todo:
-            rec = evaluate_case(spec, provider_names, under_test, baseline)
+            rec = evaluate_case(spec, provider_names, under_test, baseline, tol=tol)
             status = "done"
             if tol is not None:
                 v = _verdict.evaluate(rec, tol, under_test)

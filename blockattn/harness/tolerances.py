@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # written by this code; 1 (whole-tensor bounds) is still read
+SCHEMA_VERSIONS = (1, 2)
 TENSORS = ("O", "dQ", "dK", "dV", "dX", "dW", "dbias")
 DTYPE_NAMES = ("bfloat16", "float16", "float32")
 DISTRIBUTION_NAMES = (
@@ -58,7 +59,21 @@ TOP_REQUIRED = (
     "rules",
 )
 TOP_ALLOWED = {*TOP_REQUIRED, "regression", "description"}
+TOP2_REQUIRED = (*TOP_REQUIRED, "models", "regression")
 REGRESSION_DEFAULTS = {"max_growth": 1.25, "min_ratio_to_floor": 2.0}
+# Schema 2: elementwise regression vs a baseline report (ERROR_ANALYSIS.md §6). Every field is
+# required and carries its reason in the file: nothing here defaults silently.
+REGRESSION2_FIELDS = (
+    "not_cr_growth",  # % not correctly rounded may grow by this factor ...
+    "not_cr_slack_pct",  # ... plus this many percentage points
+    "p50_growth",  # median ulp error may grow by this factor ...
+    "p50_slack_ulp",  # ... plus this many ulps
+    "p9999_growth",  # p99.99 ulp error may grow by this factor ...
+    "p9999_slack_ulp",  # ... plus this many ulps
+    "not_cr_slack_min_elems",  # ... but at least this many elements
+    "max_new_violations",  # elements beyond the model's bound may grow by this count
+)
+RULE2_FIELDS = ("model", "max_violations", "reason")
 MANIFEST_NAME = "MANIFEST"
 
 
@@ -89,7 +104,7 @@ class Tolerances:
     def regression(self) -> dict[str, float]:
         return {**REGRESSION_DEFAULTS, **self.data.get("regression", {})}
 
-    def rule(
+    def rule(  # schema 1 only
         self,
         provider: str,
         dtype: str,
@@ -110,6 +125,19 @@ class Tolerances:
 
     def providers(self) -> list[str]:
         return sorted(self.rules)
+
+    @property
+    def schema(self) -> int:
+        return int(self.data["schema_version"])
+
+    def model_for(self, provider: str):  # -> blockattn.bounds.models.Model | None
+        """The accuracy model a schema-2 file judges `provider` by (None: no rule for it)."""
+        from blockattn.bounds import models as _models
+
+        if self.schema < 2 or provider not in self.rules:
+            return None
+        name = self.rules[provider]["model"]
+        return _models.parse(name, self.data["models"][name], f"models.{name}")
 
 
 def _num(x: Any) -> bool:
@@ -145,15 +173,17 @@ def _check_rule(where: str, rule: Any, allow_arch: bool) -> None:
 
 def validate(data: dict[str, Any], path: Path | None = None) -> None:
     src = str(path) if path else "<tolerances>"
+    if data.get("schema_version") == 2:
+        return _validate_v2(data, src, path)
     missing = [k for k in TOP_REQUIRED if k not in data]
     if missing:
         raise ToleranceError(f"{src}: missing top-level keys {missing}")
     unknown = set(data) - TOP_ALLOWED
     if unknown:
         raise ToleranceError(f"{src}: unknown top-level keys {sorted(unknown)}")
-    if data["schema_version"] != SCHEMA_VERSION:
+    if data.get("schema_version") not in SCHEMA_VERSIONS:
         raise ToleranceError(
-            f"{src}: schema_version {data['schema_version']!r} != {SCHEMA_VERSION}"
+            f"{src}: schema_version {data.get('schema_version')!r} not in {SCHEMA_VERSIONS}"
         )
     if not isinstance(data["version"], int) or data["version"] < 1:
         raise ToleranceError(f"{src}: version must be a positive integer")
@@ -192,6 +222,83 @@ def validate(data: dict[str, Any], path: Path | None = None) -> None:
                 if tn not in TENSORS:
                     raise ToleranceError(f"{src}: rules.{prov_name}.{dt}: unknown tensor {tn!r}")
                 _check_rule(f"rules.{prov_name}.{dt}.{tn}", rule, allow_arch=True)
+
+
+def _validate_common(data: dict[str, Any], src: str, path: Path | None, required: tuple) -> None:
+    missing = [k for k in required if k not in data]
+    if missing:
+        raise ToleranceError(f"{src}: missing top-level keys {missing}")
+    if not isinstance(data["version"], int) or data["version"] < 1:
+        raise ToleranceError(f"{src}: version must be a positive integer")
+    if path is not None:
+        m = re.fullmatch(r"v(\d+)", path.stem)
+        if m and int(m.group(1)) != data["version"]:
+            raise ToleranceError(f"{src}: version {data['version']} does not match file name")
+    if data["status"] not in ("released", "proposed"):
+        raise ToleranceError(f"{src}: status must be 'released' or 'proposed'")
+    prov = data["provenance"]
+    if not isinstance(prov, dict):
+        raise ToleranceError(f"{src}: [provenance] must be a table")
+    pm = [k for k in PROVENANCE_REQUIRED if not isinstance(prov.get(k), str) or not prov.get(k)]
+    if pm:
+        raise ToleranceError(f"{src}: [provenance] needs non-empty strings for {pm}")
+
+
+def _validate_v2(data: dict[str, Any], src: str, path: Path | None) -> None:
+    """Schema 2: accuracy models + per-provider elementwise rules (tolerances/SCHEMA.md)."""
+    from blockattn.bounds import models as _models
+
+    _validate_common(data, src, path, TOP2_REQUIRED)
+    unknown = set(data) - {*TOP2_REQUIRED, "description"}
+    if unknown:
+        raise ToleranceError(f"{src}: unknown top-level keys {sorted(unknown)}")
+    mods = data["models"]
+    if not isinstance(mods, dict) or not mods:
+        raise ToleranceError(f"{src}: [models] must be a non-empty table")
+    for name, m in mods.items():
+        _models.parse(name, m, f"{src}: models.{name}")  # ModelError is a ValueError
+    reg = data["regression"]
+    if not isinstance(reg, dict):
+        raise ToleranceError(f"{src}: [regression] must be a table")
+    miss = [k for k in REGRESSION2_FIELDS if k not in reg]
+    extra = set(reg) - {*REGRESSION2_FIELDS, "reason"}
+    if miss or extra:
+        raise ToleranceError(
+            f"{src}: [regression] needs exactly {list(REGRESSION2_FIELDS)} and 'reason'"
+            + (f"; missing {miss}" if miss else "")
+            + (f"; unknown {sorted(extra)}" if extra else "")
+        )
+    if not isinstance(reg.get("reason"), str) or not reg["reason"].strip():
+        raise ToleranceError(f"{src}: regression.reason: required, a non-empty string")
+    for k in REGRESSION2_FIELDS:
+        if not _num(reg[k]) or reg[k] < 0:
+            raise ToleranceError(f"{src}: regression.{k} must be a number >= 0")
+    if reg["not_cr_growth"] < 1 or reg["p9999_growth"] < 1 or reg["p50_growth"] < 1:
+        raise ToleranceError(f"{src}: regression growth factors must be >= 1")
+    rules = data["rules"]
+    if not isinstance(rules, dict) or not rules:
+        raise ToleranceError(f"{src}: [rules] must be a non-empty table")
+    if data["under_test"] not in rules:
+        raise ToleranceError(f"{src}: no rules for the provider under test {data['under_test']!r}")
+    for prov_name, rule in rules.items():
+        where = f"{src}: rules.{prov_name}"
+        if not isinstance(rule, dict):
+            raise ToleranceError(f"{where} must be a table")
+        miss = [k for k in RULE2_FIELDS if k not in rule]
+        extra = set(rule) - set(RULE2_FIELDS)
+        if miss or extra:
+            raise ToleranceError(
+                f"{where}: needs exactly {list(RULE2_FIELDS)}"
+                + (f"; missing {miss}" if miss else "")
+            + (f"; unknown {sorted(extra)}" if extra else "")
+            )
+        if rule["model"] not in mods:
+            raise ToleranceError(f"{where}.model: {rule['model']!r} is not in [models]")
+        mv = rule["max_violations"]
+        if isinstance(mv, bool) or not isinstance(mv, int) or mv < 0:
+            raise ToleranceError(f"{where}.max_violations must be an int >= 0")
+        if not isinstance(rule["reason"], str) or not rule["reason"].strip():
+            raise ToleranceError(f"{where}.reason: required, a non-empty string")
 
 
 def load(path: str | Path) -> Tolerances:

@@ -1,6 +1,19 @@
 """Acceptance rules: one results.jsonl record + a tolerance file -> pass/fail with reasons.
 
-Per tensor of the provider under test (rule = tolerances[provider][dtype][tensor], overridden
+Schema 2 (elementwise; blockattn/bounds/ERROR_ANALYSIS.md), per provider (rule = rules[provider]):
+  1. every requested provider ran: "error" fails (any provider: the run asked for it), a missing
+     provider under test fails, "unsupported" fails on corpus cases for the provider under test;
+  2. the file has a rule for the provider under test, naming the accuracy model the provider
+     declares (a baseline without a rule is reported, not judged);
+  3. per tensor: nonfinite_bad == 0 (NaN/Inf where the FP64 oracle is finite is never rounding);
+  4. per tensor: the record's bound was computed with this file's model constants (model_sha), and
+     violations <= rule.max_violations, a violation being an element with
+     |y - r| > max |round(r +- c E) - r|, E the first-order error bound of the model.
+  Failures of the provider under test fail the case; a baseline's are warnings (3, 4) or failures
+  (1). Regressions vs a baseline report: see `regressions`.
+
+Schema 1 (whole-tensor, tolerances v1-v3), per tensor of the provider under test
+(rule = tolerances[provider][dtype][tensor], overridden
 by .dist[input distribution] then .arch[GPU arch]):
   1. nonfinite_bad == 0                  NaN/Inf where the FP64 oracle is finite is never rounding.
   2. max_abs / F <= max_ratio_to_floor   F = max(floor_eff, rule.atol_floor): error measured in
@@ -120,8 +133,80 @@ def _fmt(x: float | None) -> str:
     return "inf/nan" if x is None else f"{x:.4g}"
 
 
+def _where(w: dict | None) -> str:
+    w = w or {}
+    keys = ("token", "head", "dim", "seq", "block", "row", "col", "index")
+    return ",".join(f"{k}={w[k]}" for k in keys if k in w)
+
+
+def _evaluate_v2(record: dict[str, Any], tol: Tolerances, ut: str) -> Verdict:
+    spec = record["spec"]
+    v = Verdict(record["case_id"])
+    if record.get("oracle_error"):
+        v.fail(f"oracle failed: {record['oracle_error']}")
+        return v
+    provs = record.get("providers") or {}
+    if ut not in provs:
+        v.fail(f"provider under test {ut!r} did not run")
+    for name, res in provs.items():
+        hard = name == ut
+
+        def bad(msg: str, hard: bool = hard, name: str = name) -> None:
+            (v.fail if hard else v.warnings.append)(f"{name} {msg}".rstrip())
+
+        status = res.get("status")
+        if status == "unsupported":
+            if hard and spec.get("source") == "corpus":
+                v.fail(f"{name}: unsupported on a corpus case: {res.get('reason')}")
+            elif hard:
+                v.skipped = True
+            continue
+        if status != "ok":  # error, crash, anything else: the run asked for this provider
+            v.fail(f"{name}: {status}: {res.get('reason')}")
+            continue
+        rule = tol.rules.get(name)
+        if rule is None:
+            bad(f": no rule for provider {name!r} in tolerances v{tol.version}")
+            continue
+        model = tol.model_for(name)
+        declared = res.get("accuracy_model")
+        if declared is not None and declared != model.name:
+            bad(f": declares accuracy model {declared!r}, the file judges it by {model.name!r}")
+            continue
+        tensors = res.get("tensors") or {}
+        if not tensors:
+            bad(": no tensors in the result")
+        for tensor, m in tensors.items():
+            if m.get("nonfinite_bad", 0):
+                bad(f"{tensor}: {m['nonfinite_bad']} NaN/Inf where the oracle is finite")
+            b = m.get("bound")
+            check = {"provider": name, "variant": spec.get("variant"), "dtype": spec.get("dtype"),
+                     "tensor": tensor, "violations": None, "max_ratio": None,
+                     "bound": rule["max_violations"], "model": model.name}
+            if b is None:
+                bad(f"{tensor}: no elementwise bound in the record (run without this tolerance "
+                    "file or an older suite): re-run the case")
+            elif b.get("model") != model.name or b.get("model_sha") != model.sha:
+                bad(f"{tensor}: bound computed for model {b.get('model')!r} ({b.get('model_sha')})"
+                    f", the file has {model.name!r} ({model.sha}): re-run with this file")
+            else:
+                check.update(violations=b["violations"], max_ratio=b["max_ratio"])
+                if b["violations"] > rule["max_violations"]:
+                    w = b.get("worst") or {}
+                    bad(f"{tensor}: {b['violations']} elements ({b['pct_violations']:.3g}%) beyond "
+                        f"the {model.name} bound (allowed {rule['max_violations']}); worst "
+                        f"[{_where(w)}] got {w.get('value')} want {w.get('oracle')}: err "
+                        f"{_fmt(w.get('err'))} > bound {_fmt(w.get('bound'))}")
+            u = m.get("ulp") or {}
+            check["pct_correctly_rounded"] = u.get("pct_correctly_rounded")
+            v.checks.append(check)
+    return v
+
+
 def evaluate(record: dict[str, Any], tol: Tolerances, under_test: str | None = None) -> Verdict:
     ut = under_test or record.get("under_test") or tol.under_test
+    if tol.schema >= 2:
+        return _evaluate_v2(record, tol, ut)
     spec = record["spec"]
     v = Verdict(record["case_id"])
     if record.get("oracle_error"):
@@ -184,6 +269,8 @@ def regressions(
     growth among errors that are still within a couple of roundings), or the status went from
     ok to anything else, or NaN/Inf appeared.
     """
+    if tol.schema >= 2:
+        return _regressions_v2(new, old, tol, under_test)
     reg = tol.regression
     out = []
     n, o = new["providers"].get(under_test), old["providers"].get(under_test)
@@ -207,4 +294,69 @@ def regressions(
             and (rn > reg["min_ratio_to_floor"])
         ):
             out.append(f"{tensor}: ratio_to_floor {ro:.3g} -> {rn:.3g} (> x{reg['max_growth']:g})")
+    return out
+
+
+def _regressions_v2(
+    new: dict[str, Any], old: dict[str, Any], tol: Tolerances, under_test: str
+) -> list[str]:
+    """Elementwise regression of the provider under test vs the same case in a baseline report.
+
+    Per tensor (constants and their reasons: the file's [regression] table):
+      not correctly rounded count  n1 <= not_cr_growth * n0 + max(not_cr_slack_pct% of numel,
+                                                                  not_cr_slack_min_elems)
+      median ulp error             q1 <= p50_growth * q0 + p50_slack_ulp
+      p99.99 ulp error             q1 <= p9999_growth * q0 + p9999_slack_ulp
+      violations of the bound      v1 <= v0 + max_new_violations
+    A baseline without the provider, the tensor or the elementwise fields fails (closed): it
+    cannot show that nothing regressed.
+    """
+    reg = tol.data["regression"]
+    n, o = new["providers"].get(under_test), old.get("providers", {}).get(under_test)
+    if n is None:
+        return []  # the verdict already fails a run without the provider under test
+    if o is None:
+        return [f"baseline has no result for {under_test!r}"]
+    if o["status"] == "ok" and n["status"] != "ok":
+        return [f"status ok -> {n['status']} ({n.get('reason')})"]
+    if n["status"] != "ok":
+        return []
+    if o["status"] != "ok":
+        return [f"baseline result is {o['status']!r}: nothing to compare with"]
+    out = []
+    for tensor, m in n["tensors"].items():
+        om = o["tensors"].get(tensor)
+        nu, ou = m.get("ulp"), (om or {}).get("ulp")
+        if om is None or ou is None or nu is None:
+            out.append(f"{tensor}: baseline lacks elementwise metrics (bless a new baseline)")
+            continue
+        numel = m.get("numel", 0)
+        n1 = (100.0 - nu["pct_correctly_rounded"]) / 100.0 * numel
+        n0 = (100.0 - ou["pct_correctly_rounded"]) / 100.0 * om.get("numel", numel)
+        allow = reg["not_cr_growth"] * n0 + max(
+            reg["not_cr_slack_pct"] / 100.0 * numel, reg["not_cr_slack_min_elems"]
+        )
+        if n1 > allow + 1e-9:
+            out.append(
+                f"{tensor}: not correctly rounded {100 - ou['pct_correctly_rounded']:.3g}% -> "
+                f"{100 - nu['pct_correctly_rounded']:.3g}% ({n0:.0f} -> {n1:.0f} elements, "
+                f"allowed {allow:.0f})"
+            )
+        for q, growth, slack in (("p50", "p50_growth", "p50_slack_ulp"),
+                                 ("p99.99", "p9999_growth", "p9999_slack_ulp")):
+            q1, q0 = nu["quantiles"].get(q), ou["quantiles"].get(q)
+            if q1 is None and q0 is not None:
+                out.append(f"{tensor}: {q} ulp error became non-finite")
+            elif q1 is not None and q0 is not None:
+                lim = reg[growth] * q0 + reg[slack]
+                if q1 > lim:
+                    out.append(f"{tensor}: {q} ulp error {q0:.3g} -> {q1:.3g} (> {lim:.3g})")
+        if nu.get("hist", {}).get("nonfinite", 0) > ou.get("hist", {}).get("nonfinite", 0):
+            out.append(f"{tensor}: NaN/Inf appeared")
+        nb, ob = m.get("bound"), om.get("bound")
+        grew = nb is not None and ob is not None and (
+            nb["violations"] > ob["violations"] + reg["max_new_violations"]
+        )
+        if grew:
+            out.append(f"{tensor}: bound violations {ob['violations']} -> {nb['violations']}")
     return out

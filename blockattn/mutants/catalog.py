@@ -25,7 +25,7 @@ OPS = "ops.py"
 @dataclass(frozen=True)
 class Mutant:
     name: str
-    group: str  # "core" | "rotary"
+    group: str  # "core" | "rotary" | "precision" | "suite"
     file: str  # path relative to the blockattn package directory
     anchor: str
     replacement: str
@@ -291,7 +291,11 @@ ROTARY: tuple[Mutant, ...] = (
     ),
 )
 
-MUTANTS: tuple[Mutant, ...] = CORE + ROTARY
+# Precision regressions (one rounding too many in one GEMM operand, accumulator or store) and
+# bugs in the judge itself live in their own modules; they import Mutant from here.
+from blockattn.mutants.suite import SUITE  # noqa: E402
+
+MUTANTS: tuple[Mutant, ...] = CORE + ROTARY + SUITE
 
 
 def by_name(names: list[str] | None = None) -> list[Mutant]:

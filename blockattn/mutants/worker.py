@@ -42,20 +42,42 @@ def main(argv: list[str] | None = None) -> int:
     tol = tolerances.load(plan["tolerances"])
     cases = []
     t0 = time.perf_counter()
-    for d in plan["specs"]:
+    # The judge's known-answer tests first: a mutant of the suite that loosens it is killed here.
+    from blockattn.harness.selftest import run_selftest
+
+    problems = run_selftest(tol, plan["under_test"], device)
+    if problems:
+        cases.append({"case_id": "selftest", "name": "judge self-test", "passed": False,
+                      "failures": problems})
+    # Judged as `blockattn gate` judges: per-case verdicts, then the run-level decision
+    # (zero cases, regressions vs the plan's baseline report when it names one).
+    from blockattn.harness import session
+    from blockattn.harness.gate_rules import decide
+
+    base = None
+    if plan.get("baseline_report"):
+        base = {r["case_id"]: r for r in session.load_report_cases(plan["baseline_report"])}
+    records, verdicts = [], []
+    for d in plan["specs"] if not problems else []:
         spec = CaseSpec.from_dict(d)
-        rec = evaluate_case(spec, plan["providers"], plan["under_test"], plan["baseline"], device)
-        v = verdict.evaluate(rec, tol, plan["under_test"])
-        cases.append(
-            {
-                "case_id": spec.case_id,
-                "name": spec.name or spec.short(),
-                "passed": v.passed,
-                "failures": v.failures,
-            }
+        rec = evaluate_case(
+            spec, plan["providers"], plan["under_test"], plan["baseline"], device, tol=tol
         )
-        if not v.passed and not plan["keep_going"]:
+        v = verdict.evaluate(rec, tol, plan["under_test"])
+        fails = list(v.failures)
+        if base is not None and spec.case_id in base:
+            fails += verdict.regressions(rec, base[spec.case_id], tol, plan["under_test"])
+        records.append(rec)
+        verdicts.append(v)
+        cases.append({"case_id": spec.case_id, "name": spec.name or spec.short(),
+                      "passed": not fails, "failures": fails})
+        if fails and not plan["keep_going"]:
             break
+    if not problems:
+        dec = decide(records, verdicts, base, tol, plan["under_test"])
+        if dec.failed and all(c["passed"] for c in cases):
+            cases.append({"case_id": "gate", "name": "gate decision", "passed": False,
+                          "failures": dec.reasons})
     res = {"device": device, "cases": cases, "seconds": time.perf_counter() - t0}
     args.out.write_text(json.dumps(res, indent=1))
     return 0

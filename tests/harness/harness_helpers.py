@@ -94,3 +94,32 @@ def nan_rows_bug(inputs, variant: str) -> dict[str, torch.Tensor]:
         o[-1] = float("nan")
     out["O"] = o
     return out
+
+
+def dump_toml(doc: dict[str, Any]) -> str:
+    """Any nested tolerance document (schema 2 included) as TOML: scalars, then sub-tables."""
+    import json
+
+    def val(x: Any) -> str:
+        if isinstance(x, bool):
+            return "true" if x else "false"
+        if isinstance(x, str):
+            return json.dumps(x)
+        if isinstance(x, list):
+            return "[" + ", ".join(val(v) for v in x) + "]"
+        return repr(x)
+
+    lines: list[str] = []
+
+    def table(prefix: str, d: dict[str, Any]) -> None:
+        if prefix:
+            lines.append(f"[{prefix}]")
+        for k, v in d.items():
+            if not isinstance(v, dict):
+                lines.append(f"{k} = {val(v)}")
+        for k, v in d.items():
+            if isinstance(v, dict):
+                table(f"{prefix}.{k}" if prefix else k, v)
+
+    table("", doc)
+    return "\n".join(lines) + "\n"

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -64,11 +66,22 @@ def test_report_renders_partial_results(tmp_path: Path, capsys) -> None:
     assert cli.main(["report", str(tmp_path)]) == 0
     md = (tmp_path / "summary.md").read_text()
     assert "partial" in md and "| eager | plain | bfloat16 | O | 1 |" in md
-    for name in ("err_vs_sparsity", "err_vs_length", "err_vs_tokens", "err_per_dtype_tensor"):
-        png = tmp_path / "plots" / f"{name}.png"
-        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    if importlib.util.find_spec("matplotlib") is not None:  # optional: plots only with it
+        for name in ("err_vs_sparsity", "err_vs_length", "err_vs_tokens", "err_per_dtype_tensor"):
+            png = tmp_path / "plots" / f"{name}.png"
+            assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "<table>" in (tmp_path / "report.html").read_text()
     assert "(partial)" in capsys.readouterr().out
+
+
+def test_report_renders_without_matplotlib(tmp_path: Path, monkeypatch, capsys) -> None:
+    _run(tmp_path, SPECS[:1])
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` -> ImportError
+    assert cli.main(["report", str(tmp_path)]) == 0
+    assert "| eager | plain | bfloat16 | O | 1 |" in (tmp_path / "summary.md").read_text()
+    assert "<table>" in (tmp_path / "report.html").read_text()
+    assert not list(tmp_path.glob("plots/*.png"))
+    capsys.readouterr()
 
 
 def test_report_on_missing_dir_is_exit_2(tmp_path: Path) -> None:

@@ -3,6 +3,8 @@
 A provider module defines
     NAME: str                 # registry key, e.g. "fa2"
     ROLE: str                 # "kernel" (code under test) or "baseline"
+    ACCURACY_MODEL: str       # optional: the accuracy model it implements, by its name in the
+                              # tolerance file's [models] (blockattn/bounds/ERROR_ANALYSIS.md)
     def run(inputs: Inputs, variant: str) -> dict[str, Tensor]
 returning {"O", "dQ", "dK", "dV"} (projection: {"O", "dX", "dW", "dbias"}), or raising
 `Unsupported(reason)` (recorded as "unsupported", not as an error).
@@ -37,13 +39,16 @@ class Provider:
     name: str
     role: str
     run: RunFn
+    accuracy_model: str | None = None
 
 
 _EXTRA: dict[str, Provider] = {}
 
 
-def register(name: str, run: RunFn, role: str = "kernel") -> None:
-    _EXTRA[name] = Provider(name, role, run)
+def register(
+    name: str, run: RunFn, role: str = "kernel", accuracy_model: str | None = None
+) -> None:
+    _EXTRA[name] = Provider(name, role, run, accuracy_model)
 
 
 def unregister(name: str) -> None:
@@ -56,7 +61,9 @@ def _discover() -> dict[str, Provider]:
         if info.name.startswith("_"):
             continue
         mod = importlib.import_module(f"{__name__}.{info.name}")
-        found[mod.NAME] = Provider(mod.NAME, mod.ROLE, mod.run)
+        found[mod.NAME] = Provider(
+            mod.NAME, mod.ROLE, mod.run, getattr(mod, "ACCURACY_MODEL", None)
+        )
     return found
 
 

@@ -8,6 +8,8 @@ from blockattn.harness.providers import Unsupported
 
 NAME = "blockattn"
 ROLE = "kernel"
+# FP32 arithmetic, 16-bit MMA operands as hi + lo halves, one rounding at the store
+ACCURACY_MODEL = "fp32-split-operands"
 
 
 def run(inputs, variant: str) -> dict[str, torch.Tensor]:

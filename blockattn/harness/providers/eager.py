@@ -11,6 +11,8 @@ from blockattn.harness.providers._common import eager_block_attention, run_autog
 
 NAME = "eager"
 ROLE = "baseline"
+# every op's output rounded to the input dtype (softmax internally in FP32)
+ACCURACY_MODEL = "eager-input-dtype"
 
 
 def run(inputs, variant: str) -> dict[str, torch.Tensor]:

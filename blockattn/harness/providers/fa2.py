@@ -19,6 +19,8 @@ from blockattn.harness.providers._common import BLOCK, block_cu_seqlens, run_aut
 
 NAME = "fa2"
 ROLE = "baseline"
+# FA v2: P and dS rounded to the input dtype before their GEMMs, Di from the stored O
+ACCURACY_MODEL = "fa2-rounded-p-ds"
 
 
 def active_flash_impl() -> str | None:

@@ -1,0 +1,113 @@
+"""Planted bugs in the judge itself: each makes the suite fail open or judge more loosely than
+its tolerance file says, so every kernel (the broken ones too) would pass.
+
+They are killed by the judge's known-answer tests (`blockattn/harness/selftest.py`), which every
+mutant worker and every `blockattn gate` runs first, and by the CPU tier's tests of the judge
+(tests/bounds, tests/harness). Anchors follow the catalog's rule: each occurs exactly once.
+"""
+
+from __future__ import annotations
+
+from blockattn.mutants.catalog import Mutant
+
+EL = "bounds/elementwise.py"
+VERDICT = "harness/verdict.py"
+TOL = "harness/tolerances.py"
+GATE = "harness/gate_rules.py"
+
+SUITE: tuple[Mutant, ...] = (
+    Mutant(
+        "suite-bound-scaled-up",
+        "suite",
+        EL,
+        "cE = c * b_all[i0 : i0 + chunk]",
+        "cE = 4 * c * b_all[i0 : i0 + chunk]",
+        "the elementwise bound uses 4c instead of the file's c (judges 4x more loosely)",
+        ci=True,
+    ),
+    Mutant(
+        "suite-ulp-one-bit-short",
+        "suite",
+        EL,
+        "return torch.exp2(e - p)",
+        "return torch.exp2(e - p + 1)",
+        "ulp computed with p - 1 significand bits: every ulp doubled, every error looks halved",
+    ),
+    Mutant(
+        "suite-nan-output-not-a-violation",
+        "suite",
+        EL,
+        "e = torch.where(bad, torch.full_like(e, math.inf), e)",
+        "e = torch.where(bad, torch.zeros_like(e), e)",
+        "a NaN/Inf output where the oracle is finite counts as zero error elementwise",
+    ),
+    Mutant(
+        "suite-violations-only-warn",
+        "suite",
+        VERDICT,
+        'if b["violations"] > rule["max_violations"]:\n'
+        '                    w = b.get("worst") or {}\n                    bad(',
+        'if b["violations"] > rule["max_violations"]:\n'
+        '                    w = b.get("worst") or {}\n                    v.warnings.append(',
+        "bound violations of the provider under test become warnings",
+    ),
+    Mutant(
+        "suite-model-sha-unchecked",
+        "suite",
+        VERDICT,
+        'elif b.get("model") != model.name or b.get("model_sha") != model.sha:',
+        'elif b.get("model") != model.name:',
+        "a bound computed with other constants (an older, looser file) is accepted",
+    ),
+    Mutant(
+        "suite-nonfinite-ignored",
+        "suite",
+        VERDICT,
+        '            if m.get("nonfinite_bad", 0):\n                bad(f"{tensor}:',
+        '            if False and m.get("nonfinite_bad", 0):\n                bad(f"{tensor}:',
+        "NaN/Inf outputs where the oracle is finite are not a failure",
+    ),
+    Mutant(
+        "suite-errored-baseline-ignored",
+        "suite",
+        VERDICT,
+        'if status != "ok":  # error, crash, anything else: the run asked for this provider\n'
+        '            v.fail(f"{name}: {status}: {res.get(\'reason\')}")',
+        'if status != "ok":  # error, crash, anything else: the run asked for this provider\n'
+        '            bad(f": {status}: {res.get(\'reason\')}")',
+        "an errored or crashed baseline provider is only a warning",
+    ),
+    Mutant(
+        "suite-regressions-ignored",
+        "suite",
+        VERDICT,
+        "    if tol.schema >= 2:\n        return _regressions_v2(new, old, tol, under_test)",
+        "    if tol.schema >= 2:\n        return []",
+        "elementwise regressions against the baseline are never reported",
+    ),
+    Mutant(
+        "suite-model-of-baseline",
+        "suite",
+        TOL,
+        'name = self.rules[provider]["model"]',
+        'name = self.rules[self.baseline]["model"]',
+        "every provider is judged by the baseline's (looser) accuracy model",
+    ),
+    Mutant(
+        "suite-zero-cases-pass",
+        "suite",
+        GATE,
+        "    if not records or not judged:\n",
+        "    if False:\n",
+        "a gate over zero cases passes",
+        ci=True,
+    ),
+    Mutant(
+        "suite-baseline-without-overlap-passes",
+        "suite",
+        GATE,
+        "        if records and shared == 0:\n",
+        "        if False:\n",
+        "a baseline that shares no case with the run passes (nothing was compared)",
+    ),
+)

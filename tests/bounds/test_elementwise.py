@@ -1,0 +1,107 @@
+"""ulp, exact rounding, the store bound and the elementwise metrics (blockattn/bounds)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from blockattn.bounds.elementwise import (
+    TokenMap,
+    elementwise_metrics,
+    round_to,
+    store_bound,
+    ulp,
+)
+from blockattn.cases import offsets_from_lengths
+
+
+@pytest.mark.parametrize(
+    ("dtype", "x", "want"),
+    [
+        ("bfloat16", 1.0, 2.0**-7),
+        ("bfloat16", 1.99, 2.0**-7),
+        ("bfloat16", 0.0, 2.0**-133),
+        ("float16", 1.0, 2.0**-10),
+        ("float16", -3.0, 2.0**-9),
+        ("float16", 1e-6, 2.0**-24),  # subnormal spacing
+        ("float16", 0.0, 2.0**-24),
+        ("float32", 1.0, 2.0**-23),
+    ],
+)
+def test_ulp_known_values(dtype: str, x: float, want: float) -> None:
+    assert float(ulp(torch.tensor([x], dtype=torch.float64), dtype)[0]) == want
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_round_to_is_correct_rounding(dtype: str) -> None:
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(20000, generator=g, dtype=torch.float64) * torch.exp2(
+        torch.randint(-30, 10, (20000,), generator=g).double()
+    )
+    y = round_to(x, dtype)
+    assert torch.equal(round_to(y, dtype), y)  # representable
+    u = ulp(x, dtype)
+    assert bool(((y - x).abs() <= 0.5 * u).all())  # nearest
+    # Every representable neighbour is at least as far: the one-ulp neighbours on both sides.
+    for nb in (y + ulp(y, dtype), y - ulp(y, dtype)):
+        assert bool(((nb - x).abs() >= (y - x).abs()).all())
+
+
+def test_torch_half_cast_double_rounds_and_round_to_does_not() -> None:
+    """The reason round_to exists: float64 -> float16 in torch goes through float32."""
+    x = torch.tensor([-0.11318969771495481], dtype=torch.float64)
+    lo, hi = -0.1131591796875, -0.11322021484375  # the two fp16 neighbours
+    nearest = hi if abs(hi - float(x)) < abs(lo - float(x)) else lo
+    assert float(round_to(x, "float16")[0]) == nearest
+    assert float(x.to(torch.float16)) != nearest
+
+
+def test_store_bound_zero_allowance_is_correct_rounding() -> None:
+    r = torch.tensor([1.0 + 2.0**-9, 3.3, -7.1e-3], dtype=torch.float64)
+    b = store_bound(r, torch.zeros_like(r), "bfloat16")
+    assert torch.equal(b, (round_to(r, "bfloat16") - r).abs())
+
+
+def _case():
+    g = torch.Generator().manual_seed(3)
+    offsets = offsets_from_lengths([70, 5, 64])
+    T, H, D = 139, 2, 16
+    ref = torch.randn(T, H, D, generator=g, dtype=torch.float64)
+    return offsets, ref, TokenMap(offsets, T, 64, torch.device("cpu"))
+
+
+def test_correctly_rounded_output_scores_100_percent() -> None:
+    _, ref, tmap = _case()
+    out = round_to(ref, "bfloat16").to(torch.bfloat16)
+    m = elementwise_metrics(out, ref, "bfloat16", bound=torch.zeros_like(ref), tmap=tmap)
+    assert m["ulp"]["pct_correctly_rounded"] == 100.0
+    assert m["ulp"]["quantiles"]["max"] <= 0.5
+    assert m["bound"]["violations"] == 0
+
+
+def test_one_planted_error_is_located_and_counted() -> None:
+    _, ref, tmap = _case()
+    y = round_to(ref, "bfloat16")
+    tok, head, dim = 72, 1, 9  # sequence 1 (tokens 70-74), block 0, row 2
+    y[tok, head, dim] += 3 * ulp(y[tok, head, dim : dim + 1], "bfloat16")[0]
+    m = elementwise_metrics(y.to(torch.bfloat16), ref, "bfloat16",
+                            bound=torch.zeros_like(ref, dtype=torch.float32), tmap=tmap)
+    assert m["bound"]["violations"] == 1
+    w = m["bound"]["worst"]
+    assert (w["token"], w["head"], w["dim"], w["seq"], w["block"], w["row"]) == (72, 1, 9, 1, 0, 2)
+    assert m["ulp"]["worst"]["token"] == 72 and m["ulp"]["worst"]["ulp"] > 2.5
+    loc = m["bound"]["loc"]
+    assert loc["by_head"][1] > 1 and loc["by_head"][0] <= 1
+    assert loc["row_dim"][2][9] > 1 and max(loc["row_dim"][0]) <= 1
+    assert m["ulp"]["pct_correctly_rounded"] == pytest.approx(100 * (1 - 1 / ref.numel()))
+
+
+def test_nonfinite_output_is_a_violation_and_worst() -> None:
+    _, ref, tmap = _case()
+    y = round_to(ref, "float16").to(torch.float16)
+    y[3, 0, 2] = math.inf
+    m = elementwise_metrics(y, ref, "float16", bound=torch.ones_like(ref), tmap=tmap)
+    assert m["bound"]["violations"] == 1 and m["ulp"]["hist"]["nonfinite"] == 1
+    assert m["ulp"]["quantiles"]["max"] is None and m["bound"]["worst"]["token"] == 3
