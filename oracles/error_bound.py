@@ -41,6 +41,8 @@ CLASSES: tuple[str, ...] = (
     "softmax",  # exp, row sum, division of the softmax (per element, relative)
     "P_gemm",  # P as an operand of P V and P^T dO
     "P_bwd",  # the P used in Di = rowsum(P dP) and dS = P (dP - Di)
+    "V_dP",  # V as operand of dP = dO V^T, possibly minus a row vector m of its block (exact
+    # identity: rows of P sum to 1), rounded relative to |V_j - m| <= |V_j| + max_k |V_k|
     "dP",  # dP = dO V^T stored before use
     "Di_from_O",  # Di = rowsum(dO * O) from O stored in the input dtype (FA v2), else 0
     "dS_gemm",  # dS as an operand of dS K and dS^T Q
@@ -135,8 +137,12 @@ class _Chain:
         e_dv = _mm(e_pg.transpose(-1, -2), ado)
         e_dv = e_dv + bs * (m["u.acc"] * (p.transpose(-1, -2) @ ado) + m["eta.acc"])
         dp = do @ v.transpose(-1, -2)
+        # An implementation may form dP from V - m, m a row vector of the block (its mean or one
+        # row): the sums and the operand rounding then scale with |V_j - m| <= |V_j| + max |V|.
+        av_c = av + av.amax(dim=-2, keepdim=True)
         e_dp = _mm(ado, ev.transpose(-1, -2))
-        e_dp = e_dp + D * (m["u.acc"] * (ado @ av.transpose(-1, -2)) + m["eta.acc"])
+        e_dp = e_dp + _mm(ado, (m["u.V_dP"] * av_c + m["eta.V_dP"]).transpose(-1, -2))
+        e_dp = e_dp + D * (m["u.acc"] * (ado @ av_c.transpose(-1, -2)) + m["eta.acc"])
         e_dp = e_dp + _rounding(dp, m, "dP")
         di = (p * dp).sum(-1, keepdim=True)
         e_pb = e_p + _rounding(p, m, "P_bwd")

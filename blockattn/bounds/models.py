@@ -25,7 +25,8 @@ U_FP32, ETA_FP32 = 2.0**-24, 2.0**-150
 TINY_FP32 = 2.0**-126
 
 CLASSES: tuple[str, ...] = (
-    "rot", "S", "softmax", "P_gemm", "P_bwd", "dP", "Di_from_O", "dS_gemm", "grad_rot", "io", "acc",
+    "rot", "S", "softmax", "P_gemm", "P_bwd", "V_dP", "dP", "Di_from_O", "dS_gemm", "grad_rot",
+    "io", "acc",
 )  # fmt: skip  (= oracles.error_bound.CLASSES; tests/bounds checks it)
 
 _SYMBOLS = "u_in|u_fp32|eta_in|eta_fp32|tiny_fp32"

@@ -74,6 +74,11 @@ def main(args: argparse.Namespace) -> int:
     )
     if args.previous:
         prev = tolerances.load(args.previous)
+        if prev.schema >= 2:
+            raise ValueError(
+                f"--previous {args.previous}: a schema-2 file is derived from error analysis, "
+                "not calibrated (blockattn/bounds/ERROR_ANALYSIS.md); compare with a schema-1 file"
+            )
         loose = calibrate.loosenings(doc["rules"], prev)
         if loose:
             print("loosened vs " + str(args.previous) + ":\n  " + "\n  ".join(loose))

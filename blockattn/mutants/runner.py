@@ -43,7 +43,11 @@ def failing_metric(failure: str) -> str:
     tensor = head.split(" ", 1)[1] if " " in head else ""
     if tensor == "" and msg.startswith(("error", "unsupported")):
         return f"crash ({msg.split(':', 1)[0]})"
+    if failure.startswith("selftest"):
+        return "judge self-test"
     for pat, name in (
+        (r"beyond the \S+ bound", "bound violations"),
+        (r"not correctly rounded|ulp error|bound violations \d+ ->", "elementwise regression"),
         (r"max_abs/floor", "max_abs/floor"),
         (r"error/baseline", "error/baseline"),
         (r"SNR", "SNR"),

@@ -71,6 +71,10 @@ def test_worker_refuses_to_run_on_the_source_tree(tmp_path: Path) -> None:
         ("blockattn dV: SNR 3 dB < 45 dB", "dV SNR"),
         ("blockattn dK: error/baseline = 4 > 1.7", "dK error/baseline"),
         ("blockattn: error: RuntimeError: boom", "crash (error)"),
+        ("blockattn O: 12 elements (0.1%) beyond the fp32-split-operands bound (allowed 0); w",
+         "O bound violations"),
+        ("selftest selftest-plain-bf16: verdict passes outputs beyond the bound",
+         "judge self-test"),
     ],
 )
 def test_failing_metric_names(line: str, want: str) -> None:

@@ -1,0 +1,82 @@
+"""A/B timing of two versions of blockattn/kernels/attention.py in one run (same GPU, same
+inputs, same copy ceiling): the working tree's kernels (B) against a saved copy (A), e.g. the
+last commit's, to measure what a kernel change costs.
+
+    git show HEAD:blockattn/kernels/attention.py > .ab/attention_a.py
+    python benchmarks/ab_kernels.py --a .ab/attention_a.py --out DIR
+
+Shape P (B=1152, max_len=4096, sparsity 0.7, H=4, bf16) at D=128 and D=64, plain and rotary,
+fwd and bwd; medians of triton.testing.do_bench; the copy ceiling measured in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+
+def _load(path: Path, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--a", type=Path, required=True, help="saved attention.py (version A)")
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--rep-ms", type=float, default=200.0)
+    args = ap.parse_args()
+    import blockattn.kernels.attention as kb
+    from blockattn.bench.case import make_bench_case
+    from blockattn.bench.measure import copy_ceiling, time_ms
+    from blockattn.harness.runner import device_info, git_commit
+    from blockattn.kernels.tiles import build_tile_table
+
+    ka = _load(args.a, "attention_a")
+    dev = torch.device("cuda")
+    ceiling = copy_ceiling(4 << 30, 25, args.rep_ms, False)
+    rows = []
+    for D in (128, 64):
+        c = make_bench_case(f"P-D{D}", B=1152, max_len=4096, sparsity=0.7, H=4, D=D,
+                            dtype=torch.bfloat16, device=dev)
+        table = build_tile_table(c.offsets, c.T, 64)
+        nbytes = c.q.numel() * c.q.element_size()
+        for rotary in (False, True):
+            sinu = c.sinu if rotary else None  # the production table is fp32
+            for kind, passes in (("fwd", 4), ("bwd", 7)):
+                res = {"D": D, "rotary": rotary, "kernel": kind,
+                       "floor_ms": passes * nbytes / (ceiling["tbps"] * 1e12) * 1e3}
+                for tag, mod in (("A", ka), ("B", kb)):
+                    if kind == "fwd":
+                        fn = functools.partial(mod.attention_fwd, c.q, c.k, c.v, table, sinu,
+                                               c.scale, 64, True)
+                    else:
+                        fn = functools.partial(mod.attention_bwd, c.q, c.k, c.v, c.do, table,
+                                               sinu, c.scale, 64, True)
+                    fn()
+                    res[f"{tag}_ms"] = time_ms(fn, 25, args.rep_ms)
+                res["B_over_A"] = res["B_ms"] / res["A_ms"]
+                res["B_pct_ceiling"] = 100 * res["floor_ms"] / res["B_ms"]
+                res["A_pct_ceiling"] = 100 * res["floor_ms"] / res["A_ms"]
+                rows.append(res)
+                print(json.dumps(res), flush=True)
+        del c
+        torch.cuda.empty_cache()
+    args.out.mkdir(parents=True, exist_ok=True)
+    meta = {**device_info(), "commit": git_commit(), "ceiling": ceiling,
+            "command": "python benchmarks/ab_kernels.py " + " ".join(sys.argv[1:])}
+    (args.out / "ab_kernels.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
