@@ -10,7 +10,7 @@ phase=$1
 out=${2:-$OUT}
 r=/tmp/issue12
 mkdir -p "$r" "$out"
-export PYTHONUNBUFFERED=1
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
 step() {  # step NAME CMD...: run, time, log; never stop the session on a failing step
   local name=$1; shift
   local t0=$SECONDS

@@ -14,6 +14,11 @@ Design (one tile per (block, head)):
   low half in the input dtype, and the low half goes through extra MMAs. That carries ~16
   mantissa bits instead of 8 (bf16), so the only rounding left that matters is the final store.
   The kernel is memory-bound, so the extra MMAs ride in the shadow of the loads.
+- Cancellation in the backward (CENTRED, on by default): dS = P * (dP - Di) subtracts two large,
+  nearly equal fp32 numbers when V's rows nearly agree or the softmax is saturated. dP is formed
+  from V minus one row vector per block and Di is summed in two passes, both exact identities
+  (see _bwd_tile), so the fp32 rounding left is relative to dP - Di rather than to dP. In fp16,
+  dS is split at a power-of-two scale so that its lo half stays in fp16's normal range.
 """
 
 from __future__ import annotations
@@ -150,6 +155,48 @@ def _operand(x, SIN, start, n, stride_st, ROTATE: tl.constexpr, SPLIT: tl.conste
 
 
 @triton.jit
+def _centred(x, row0, SIN, start, n, stride_st, ROTATE: tl.constexpr, SPLIT: tl.constexpr,
+             IS_BF16: tl.constexpr, BLOCK: tl.constexpr, HALF: tl.constexpr,
+             INTERPRET: tl.constexpr):
+    """A loaded (BLOCK, D) tile minus one row vector m, as hi/lo MMA operand halves.
+
+    Used for V in the backward, where any m subtracted from every row leaves dP - Di unchanged
+    (see _bwd_tile); m removes the part that nearly equal rows share from the fp32 dO V^T sums.
+    - Rotated tile (fp32 after the rotation): m is the mean of its n valid rows (padded rows
+      are 0 and are kept 0), taken before the hi/lo split the rotated tile gets anyway, so no
+      MMA is added.
+    - Plain tile: m is the block's first row, re-loaded as a (1, D) tile (`row0`, an L1 hit;
+      on an H100 a reduction across rows cost more than one more MMA). x - m is exact in fp32
+      but not in the input dtype, so it enters as hi + lo: one extra MMA. Padded rows become -m,
+      finite, in columns where P is 0.
+    """
+    if ROTATE:
+        sin, cos = _load_sinu(SIN, start, n, stride_st, True, BLOCK, HALF)
+        xr = _rotate(x.to(tl.float32), sin, cos, False, BLOCK, HALF)
+        m = tl.sum(xr, axis=0) / tl.maximum(n, 1).to(tl.float32)  # padded rows are 0
+        xc = tl.where((tl.arange(0, BLOCK) < n)[:, None], xr - m[None, :], 0.0)
+    else:
+        xc = x.to(tl.float32) - _load(row0).to(tl.float32)
+    if SPLIT:
+        hi, lo = _split(xc, x.dtype, IS_BF16, INTERPRET)
+    else:  # fp32 input: the exact-input (ieee) MMA takes the fp32 tile as is
+        hi = xc
+        lo = xc
+    return hi, lo
+
+
+@triton.jit
+def _pow2_scale(amax, EXP: tl.constexpr):
+    """(2^e, 2^-e) with amax * 2^e in [2^EXP, 2^(EXP+1)) for a finite amax > 0; e is clamped to
+    [-64, 64] (amax = 0 gives 2^64). Scaling by a power of two is exact."""
+    e = EXP + 127 - ((amax.to(tl.uint32, bitcast=True) >> 23) & 0xFF).to(tl.int32)
+    e = tl.minimum(tl.maximum(e, -64), 64)
+    up = ((e + 127).to(tl.uint32) << 23).to(tl.float32, bitcast=True)
+    down = ((127 - e).to(tl.uint32) << 23).to(tl.float32, bitcast=True)
+    return up, down
+
+
+@triton.jit
 def _probs(q_hi, q_lo, k_hi, k_lo, n, qk_scale, LO: tl.constexpr, IEEE: tl.constexpr,
            INTERPRET: tl.constexpr, BLOCK: tl.constexpr):
     """P = softmax over the n valid keys of scale * q k^T, normalised in fp32."""
@@ -229,7 +276,8 @@ def _fwd_kernel(Q, K, V, O, SIN, tile_start, tile_len, n_tiles, n_programs, tile
                 H: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr,
                 ROTARY: tl.constexpr, ROTATE_V: tl.constexpr, SPLIT: tl.constexpr,
                 IS_BF16: tl.constexpr, IEEE: tl.constexpr, INTERPRET: tl.constexpr,
-                PERSISTENT: tl.constexpr):
+                PERSISTENT: tl.constexpr, CENTRED: tl.constexpr):
+    # CENTRED is read by the backward only; it is here so both kernels take the same _flags.
     pid = tl.program_id(0)
     if PERSISTENT:
         # Branch-free loop body (empty tiles are fully masked) so Triton's software pipeliner
@@ -260,10 +308,15 @@ def _bwd_tile(h, start, n, Q, K, V, DO, DQ, DK, DV, SIN,
               stride_dvt, stride_dvh, stride_st, qk_scale, sm_scale,
               HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr,
               ROTARY: tl.constexpr, ROTATE_V: tl.constexpr, SPLIT: tl.constexpr,
-              IS_BF16: tl.constexpr, IEEE: tl.constexpr, INTERPRET: tl.constexpr):
+              IS_BF16: tl.constexpr, IEEE: tl.constexpr, INTERPRET: tl.constexpr,
+              CENTRED: tl.constexpr):
     HALF: tl.constexpr = HEAD_DIM // 2
     QK_LO: tl.constexpr = ROTARY and SPLIT
-    V_LO: tl.constexpr = ROTATE_V and SPLIT
+    V_LO: tl.constexpr = (ROTATE_V or CENTRED) and SPLIT
+    # Where the centred plain V is formed (H100, bf16 bwd): before QK^T at D=64 (0.62 vs 0.66 ms
+    # after it), after it at D=128 (1.44 vs 1.46 ms). A rotated V always comes after, once q/k
+    # are dead, for register pressure.
+    V_EARLY: tl.constexpr = CENTRED and not ROTATE_V and HEAD_DIM <= 64
     q = _load(_tile(Q, start, n, h, stride_qt, stride_qh, BLOCK, HEAD_DIM))
     k = _load(_tile(K, start, n, h, stride_kt, stride_kh, BLOCK, HEAD_DIM))
     v = _load(_tile(V, start, n, h, stride_vt, stride_vh, BLOCK, HEAD_DIM))
@@ -272,12 +325,33 @@ def _bwd_tile(h, start, n, Q, K, V, DO, DQ, DK, DV, SIN,
                           BLOCK, HALF, INTERPRET)
     k_hi, k_lo = _operand(k, SIN, start, n, stride_st, ROTARY, SPLIT, IS_BF16,
                           BLOCK, HALF, INTERPRET)
-    p = _probs(q_hi, q_lo, k_hi, k_lo, n, qk_scale, QK_LO, IEEE, INTERPRET, BLOCK)
     # dP = dO V^T; Di = rowsum(P * dP) in-tile (no stored O, no preprocessing pass).
-    v_hi, v_lo = _operand(v, SIN, start, n, stride_st, ROTATE_V, SPLIT, IS_BF16,
-                          BLOCK, HALF, INTERPRET)
+    # dS = P * (dP - Di) cancels: dP_ij and Di are large and nearly equal when V's rows nearly
+    # agree or P is saturated, and their fp32 errors (~ D 2^-24 sum_d |dO_id V_jd| for dP) then
+    # dominate dP - Di = dO_i . (V_j - O_i). With CENTRED, both are kept relative to dP - Di:
+    # - V minus one row vector m per block (_centred): dP - Di is unchanged, as every row of
+    #   P sums to 1, but the MMA now sums dO_i . (V_j - m), small when V's rows nearly agree;
+    # - Di in two passes: dP is first shifted by the fp32 Di, then Di is summed again over the
+    #   shifted dP. The P-weighted mean is shift-invariant, so the second pass only sees terms
+    #   of the size of dP - Di and its rounding (and that of P's row sum) stays relative to them.
+    if V_EARLY:
+        v_hi, v_lo = _centred(v, _tile(V, start, tl.minimum(n, 1), h, stride_vt, stride_vh, 1,
+                                       HEAD_DIM),
+                              SIN, start, n, stride_st, False, SPLIT, IS_BF16,
+                              BLOCK, HALF, INTERPRET)
+    p = _probs(q_hi, q_lo, k_hi, k_lo, n, qk_scale, QK_LO, IEEE, INTERPRET, BLOCK)
+    if CENTRED and not V_EARLY:
+        v_hi, v_lo = _centred(v, _tile(V, start, tl.minimum(n, 1), h, stride_vt, stride_vh, 1,
+                                       HEAD_DIM),
+                              SIN, start, n, stride_st, ROTATE_V, SPLIT, IS_BF16,
+                              BLOCK, HALF, INTERPRET)
+    elif not CENTRED:
+        v_hi, v_lo = _operand(v, SIN, start, n, stride_st, ROTATE_V, SPLIT, IS_BF16,
+                              BLOCK, HALF, INTERPRET)
     dp = tl.zeros((BLOCK, BLOCK), dtype=tl.float32)
     dp = _mma_split(do, do, tl.trans(v_hi), tl.trans(v_lo), dp, False, V_LO, IEEE, INTERPRET)
+    if CENTRED:  # first pass of Di
+        dp = dp - tl.sum(p * dp, axis=1)[:, None]
     ds = p * (dp - tl.sum(p * dp, axis=1)[:, None])  # padded rows: dO = 0, so dS = 0
     # Each gradient is stored as soon as it is complete, so only one (BLOCK, D) fp32
     # accumulator is live at a time.
@@ -291,6 +365,14 @@ def _bwd_tile(h, start, n, Q, K, V, DO, DQ, DK, DV, SIN,
     _store(_tile(DV, start, n, h, stride_dvt, stride_dvh, BLOCK, HEAD_DIM), acc, SIN, start, n,
            stride_st, ROTATE_V, IS_BF16, BLOCK, HALF, INTERPRET)
     if SPLIT:
+        if CENTRED and not IS_BF16:
+            # fp16: where dS is small (as it is when dP - Di is) its lo half falls below fp16's
+            # normal range and loses its bits. Split dS at a power-of-two scale that puts the
+            # tile's max |dS| at 2^14, and fold the inverse (exact) into the store scale.
+            ds_up, ds_down = _pow2_scale(tl.max(tl.max(tl.abs(ds), axis=1, keep_dims=True),
+                                                axis=0, keep_dims=True), 14)
+            ds = ds * ds_up
+            sm_scale = sm_scale * ds_down
         ds_hi, ds_lo = _split(ds, q.dtype, IS_BF16, INTERPRET)
     else:
         ds_hi = ds.to(q.dtype)
@@ -315,7 +397,7 @@ def _bwd_kernel(Q, K, V, DO, DQ, DK, DV, SIN,
                 H: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr,
                 ROTARY: tl.constexpr, ROTATE_V: tl.constexpr, SPLIT: tl.constexpr,
                 IS_BF16: tl.constexpr, IEEE: tl.constexpr, INTERPRET: tl.constexpr,
-                PERSISTENT: tl.constexpr):
+                PERSISTENT: tl.constexpr, CENTRED: tl.constexpr):
     pid = tl.program_id(0)
     if PERSISTENT:  # branch-free, as in _fwd_kernel
         for i in tl.range(0, tiles_per_program):
@@ -324,7 +406,8 @@ def _bwd_kernel(Q, K, V, DO, DQ, DK, DV, SIN,
                       stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
                       stride_dot, stride_doh, stride_dqt, stride_dqh, stride_dkt, stride_dkh,
                       stride_dvt, stride_dvh, stride_st, qk_scale, sm_scale,
-                      HEAD_DIM, BLOCK, ROTARY, ROTATE_V, SPLIT, IS_BF16, IEEE, INTERPRET)
+                      HEAD_DIM, BLOCK, ROTARY, ROTATE_V, SPLIT, IS_BF16, IEEE, INTERPRET,
+                      CENTRED)
     else:
         h, start, n = _tile_at(pid, tile_start, tile_len, n_tiles, H)
         if n > 0:
@@ -332,7 +415,8 @@ def _bwd_kernel(Q, K, V, DO, DQ, DK, DV, SIN,
                       stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
                       stride_dot, stride_doh, stride_dqt, stride_dqh, stride_dkt, stride_dkh,
                       stride_dvt, stride_dvh, stride_st, qk_scale, sm_scale,
-                      HEAD_DIM, BLOCK, ROTARY, ROTATE_V, SPLIT, IS_BF16, IEEE, INTERPRET)
+                      HEAD_DIM, BLOCK, ROTARY, ROTATE_V, SPLIT, IS_BF16, IEEE, INTERPRET,
+                      CENTRED)
 
 # ----------------------------------------------------------------------------- launchers
 
@@ -392,7 +476,8 @@ def _grid_size(n_tiles: int, device: torch.device, cfg: LaunchConfig) -> int:
     return min(n_tiles, sms * cfg.programs_per_sm)
 
 
-def _flags(q: torch.Tensor, sinu_pos: torch.Tensor | None, rotate_v: bool) -> dict:
+def _flags(q: torch.Tensor, sinu_pos: torch.Tensor | None, rotate_v: bool,
+           centred: bool = True) -> dict:
     return dict(
         ROTARY=sinu_pos is not None,
         ROTATE_V=sinu_pos is not None and rotate_v,
@@ -400,6 +485,7 @@ def _flags(q: torch.Tensor, sinu_pos: torch.Tensor | None, rotate_v: bool) -> di
         IS_BF16=q.dtype == torch.bfloat16,
         IEEE=q.dtype == torch.float32,  # fp32 inputs: full-precision MMAs, no tf32
         INTERPRET=INTERPRET,
+        CENTRED=centred,  # backward only: centred dP - Di (see _bwd_tile); False = the old path
     )
 
 
@@ -429,8 +515,12 @@ def attention_fwd(q: Tensor, k: Tensor, v: Tensor, table: TileTable, sinu_pos: T
 def attention_bwd(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor, table: TileTable,
                   sinu_pos: Tensor | None, scale: float, block_size: int, rotate_v: bool,
                   grads: tuple[Tensor, Tensor, Tensor] | None = None,
-                  ) -> tuple[Tensor, Tensor, Tensor]:
-    """Backward launch. Returns (dq, dk, dv) w.r.t. the un-rotated q, k, v."""
+                  centred: bool = True) -> tuple[Tensor, Tensor, Tensor]:
+    """Backward launch. Returns (dq, dk, dv) w.r.t. the un-rotated q, k, v.
+
+    centred=False runs the previous dS numerics (uncentred dP, one-pass Di, unscaled fp16 dS
+    split), kept for comparison; the default is the centred path (see _bwd_tile).
+    """
     T, H, D = q.shape
     if grads is None:
         grads = tuple(torch.empty((T, H, D), dtype=q.dtype, device=q.device) for _ in range(3))
@@ -450,6 +540,6 @@ def attention_bwd(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor, table: Tile
         scale * LOG2E, scale,
         H=H, HEAD_DIM=D, BLOCK=max(16, triton.next_power_of_2(block_size)),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, maxnreg=cfg.maxnreg,
-        PERSISTENT=grid < n_tiles, **_flags(q, sinu_pos, rotate_v),
+        PERSISTENT=grid < n_tiles, **_flags(q, sinu_pos, rotate_v, centred),
     )  # fmt: skip
     return dq, dk, dv

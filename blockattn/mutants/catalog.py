@@ -103,7 +103,10 @@ CORE: tuple[Mutant, ...] = (
         "di-dropped",
         "core",
         ATT,
-        "ds = p * (dp - tl.sum(p * dp, axis=1)[:, None])",
+        # Both passes of Di: dropping only the second would leave dP shifted by the first.
+        "if CENTRED:  # first pass of Di\n"
+        "        dp = dp - tl.sum(p * dp, axis=1)[:, None]\n"
+        "    ds = p * (dp - tl.sum(p * dp, axis=1)[:, None])",
         "ds = p * dp",
         "dS = P * dP: the Di = rowsum(P * dP) term of the softmax backward is dropped",
         ci=True,
@@ -112,7 +115,10 @@ CORE: tuple[Mutant, ...] = (
         "di-from-rounded-p",
         "core",
         ATT,
-        "ds = p * (dp - tl.sum(p * dp, axis=1)[:, None])",
+        # Both passes of Di, replaced by one pass from the rounded P.
+        "if CENTRED:  # first pass of Di\n"
+        "        dp = dp - tl.sum(p * dp, axis=1)[:, None]\n"
+        "    ds = p * (dp - tl.sum(p * dp, axis=1)[:, None])",
         "ds = p * (dp - tl.sum(p.to(q.dtype).to(tl.float32) * dp, axis=1)[:, None])",
         "Di computed from P rounded to the input dtype instead of the fp32 P",
     ),
@@ -293,9 +299,10 @@ ROTARY: tuple[Mutant, ...] = (
 
 # Precision regressions (one rounding too many in one GEMM operand, accumulator or store) and
 # bugs in the judge itself live in their own modules; they import Mutant from here.
+from blockattn.mutants.precision import PRECISION  # noqa: E402
 from blockattn.mutants.suite import SUITE  # noqa: E402
 
-MUTANTS: tuple[Mutant, ...] = CORE + ROTARY + SUITE
+MUTANTS: tuple[Mutant, ...] = CORE + ROTARY + PRECISION + SUITE
 
 
 def by_name(names: list[str] | None = None) -> list[Mutant]:

@@ -86,7 +86,12 @@ def _run_one(m: Mutant | None, plan: dict[str, Any], timeout_s: float) -> Outcom
         plan_p, res_p = Path(tmp, "plan.json"), Path(tmp, "result.json")
         plan_p.write_text(json.dumps(plan))
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join([str(root), *filter(None, [env.get("PYTHONPATH")])])
+        # The copy first (its blockattn wins), then the source checkout for the `oracles`
+        # package, which is never mutated (and is not installed on every machine).
+        src_root = str(PACKAGE_DIR.parent)
+        env["PYTHONPATH"] = os.pathsep.join(
+            [str(root), src_root, *filter(None, [env.get("PYTHONPATH")])]
+        )
         env["BLOCKATTN_MUTANT_ROOT"] = str(root)
         env.setdefault("OMP_NUM_THREADS", "1")  # workers run side by side
         cmd = [sys.executable, "-m", "blockattn.mutants.worker", "--plan", str(plan_p)]

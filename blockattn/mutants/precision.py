@@ -1,0 +1,219 @@
+"""Precision-class planted bugs: each loses a few bits somewhere in the kernels' fp32/hi-lo
+pipeline, without crashing or producing a gross error. They are the regressions a suite that only
+checks "close to a reference" lets through; they exist to measure how sensitive the suite is.
+
+Every anchor occurs exactly once in the current `kernels/attention.py` (the catalog's rule).
+Roundings use the file's own `_round_to` (round to nearest even on every backend, so the
+interpreter shows what a GPU would), not a bare `.to(q.dtype)`, which truncates bf16 under the
+interpreter. Which cases can show each bug is in its description: "rotary" needs fused rotary,
+"rotate_v" a rotated V, "fp16" fp16 inputs, "near-constant"/"saturated" inputs whose dP - Di
+cancels (see `_bwd_tile`).
+
+`catalog.MUTANTS` includes them; `fwd-p-lo-dropped` is in the CPU CI subset.
+"""
+
+from __future__ import annotations
+
+from blockattn.mutants.catalog import ATT, Mutant
+
+_G = "precision"
+_RD = "IS_BF16, INTERPRET).to(tl.float32)"  # tail of `_round_to(x, DT, ...)` back to fp32
+
+PRECISION: tuple[Mutant, ...] = (
+    # ------------------------------------------------------------------ forward GEMMs
+    Mutant(
+        "fwd-p-lo-dropped",
+        _G,
+        ATT,
+        "acc = _mma_split(p_hi, p_lo, v_hi, v_lo, acc, True, ROTATE_V, IEEE, INTERPRET)",
+        "acc = _mma_split(p_hi, p_lo, v_hi, v_lo, acc, False, ROTATE_V, IEEE, INTERPRET)",
+        "forward PV with P rounded to the input dtype (p_lo dropped), as FA v2 does",
+        ci=True,
+    ),
+    Mutant(
+        "fwd-v-lo-dropped",
+        _G,
+        ATT,
+        "acc = _mma_split(p_hi, p_lo, v_hi, v_lo, acc, True, ROTATE_V, IEEE, INTERPRET)",
+        "acc = _mma_split(p_hi, p_lo, v_hi, v_lo, acc, True, False, IEEE, INTERPRET)",
+        "forward PV drops the rotated V's lo half (rotate_v)",
+    ),
+    Mutant(
+        "fwd-qk-lo-dropped",
+        _G,
+        ATT,
+        "p = _probs(q_hi, q_lo, k_hi, k_lo, n, qk_scale, ROTARY and SPLIT, IEEE, INTERPRET, BLOCK)",
+        "p = _probs(q_hi, q_lo, k_hi, k_lo, n, qk_scale, False, IEEE, INTERPRET, BLOCK)",
+        "forward QK^T drops the rotated q and k lo halves (rotary; the backward keeps them)",
+    ),
+    Mutant(
+        "s-rounded-before-softmax",
+        _G,
+        ATT,
+        's = tl.where((tl.arange(0, BLOCK) < n)[None, :], s * qk_scale, float("-inf"))',
+        "s = tl.where((tl.arange(0, BLOCK) < n)[None, :], _round_to(s, q_hi.dtype, "
+        'q_hi.dtype == tl.bfloat16, INTERPRET).to(tl.float32) * qk_scale, float("-inf"))',
+        "the fp32 S = QK^T accumulator rounded to the input dtype before the softmax (fwd and "
+        "bwd recompute)",
+    ),
+    # ------------------------------------------------------------------ backward GEMMs
+    Mutant(
+        "bwd-qk-lo-dropped",
+        _G,
+        ATT,
+        "p = _probs(q_hi, q_lo, k_hi, k_lo, n, qk_scale, QK_LO, IEEE, INTERPRET, BLOCK)",
+        "p = _probs(q_hi, q_lo, k_hi, k_lo, n, qk_scale, False, IEEE, INTERPRET, BLOCK)",
+        "backward's QK^T recompute drops the rotated q and k lo halves (rotary)",
+    ),
+    Mutant(
+        "dp-v-lo-dropped",
+        _G,
+        ATT,
+        "dp = _mma_split(do, do, tl.trans(v_hi), tl.trans(v_lo), dp, False, V_LO, IEEE, INTERPRET)",
+        "dp = _mma_split(do, do, tl.trans(v_hi), tl.trans(v_lo), dp, False, False, IEEE, "
+        "INTERPRET)",
+        "dO V^T drops V's lo half: the centred (or rotated) V enters rounded to the input dtype",
+    ),
+    Mutant(
+        "dp-rounded",
+        _G,
+        ATT,
+        "dp = _mma_split(do, do, tl.trans(v_hi), tl.trans(v_lo), dp, False, V_LO, IEEE, INTERPRET)",
+        "dp = _round_to(_mma_split(do, do, tl.trans(v_hi), tl.trans(v_lo), dp, False, V_LO, IEEE,"
+        f" INTERPRET), q.dtype, {_RD}",
+        "the fp32 dP = dO V^T accumulator rounded to the input dtype before Di and dS",
+    ),
+    Mutant(
+        "dv-p-lo-dropped",
+        _G,
+        ATT,
+        "acc = _mma_split(tl.trans(p_hi), tl.trans(p_lo), do, do, acc, True, False, IEEE,",
+        "acc = _mma_split(tl.trans(p_hi), tl.trans(p_lo), do, do, acc, False, False, IEEE,",
+        "dV = P^T dO with P rounded to the input dtype (p_lo dropped in dV only)",
+    ),
+    Mutant(
+        "dq-ds-lo-dropped",
+        _G,
+        ATT,
+        "acc = _mma_split(ds_hi, ds_lo, k_hi, k_lo, acc, SPLIT, QK_LO, IEEE, INTERPRET)",
+        "acc = _mma_split(ds_hi, ds_lo, k_hi, k_lo, acc, False, QK_LO, IEEE, INTERPRET)",
+        "dQ = dS K with dS rounded to the input dtype (ds_lo dropped in dQ only)",
+    ),
+    Mutant(
+        "dk-ds-lo-dropped",
+        _G,
+        ATT,
+        "acc = _mma_split(tl.trans(ds_hi), tl.trans(ds_lo), q_hi, q_lo, acc, SPLIT, QK_LO, IEEE,",
+        "acc = _mma_split(tl.trans(ds_hi), tl.trans(ds_lo), q_hi, q_lo, acc, False, QK_LO, IEEE,",
+        "dK = dS^T Q with dS rounded to the input dtype (ds_lo dropped in dK only)",
+    ),
+    Mutant(
+        "dq-k-lo-dropped",
+        _G,
+        ATT,
+        "acc = _mma_split(ds_hi, ds_lo, k_hi, k_lo, acc, SPLIT, QK_LO, IEEE, INTERPRET)",
+        "acc = _mma_split(ds_hi, ds_lo, k_hi, k_lo, acc, SPLIT, False, IEEE, INTERPRET)",
+        "dQ = dS K drops the rotated k's lo half (rotary)",
+    ),
+    Mutant(
+        "dk-q-lo-dropped",
+        _G,
+        ATT,
+        "acc = _mma_split(tl.trans(ds_hi), tl.trans(ds_lo), q_hi, q_lo, acc, SPLIT, QK_LO, IEEE,",
+        "acc = _mma_split(tl.trans(ds_hi), tl.trans(ds_lo), q_hi, q_lo, acc, SPLIT, False, IEEE,",
+        "dK = dS^T Q drops the rotated q's lo half (rotary)",
+    ),
+    # ------------------------------------------------------------------ stores
+    Mutant(
+        "dq-store-double-rounding",
+        _G,
+        ATT,
+        "_store(_tile(DQ, start, n, h, stride_dqt, stride_dqh, BLOCK, HEAD_DIM), acc * sm_scale,",
+        "_store(_tile(DQ, start, n, h, stride_dqt, stride_dqh, BLOCK, HEAD_DIM), "
+        f"_round_to(acc, q.dtype, {_RD} * sm_scale,",
+        "dQ rounded twice: the accumulator to the input dtype, then again after * sm_scale (a "
+        "power of two at D=64: no effect there without rotary; fp16: the scaled dS makes the "
+        "accumulator overflow fp16, a gross error)",
+    ),
+    Mutant(
+        "dk-store-double-rounding",
+        _G,
+        ATT,
+        "_store(_tile(DK, start, n, h, stride_dkt, stride_dkh, BLOCK, HEAD_DIM), acc * sm_scale,",
+        "_store(_tile(DK, start, n, h, stride_dkt, stride_dkh, BLOCK, HEAD_DIM), "
+        f"_round_to(acc, q.dtype, {_RD} * sm_scale,",
+        "dK rounded twice: the accumulator to the input dtype, then again after * sm_scale (as "
+        "for dQ)",
+    ),
+    Mutant(
+        "dq-rounded-before-rotation",
+        _G,
+        ATT,
+        "_store(_tile(DQ, start, n, h, stride_dqt, stride_dqh, BLOCK, HEAD_DIM), acc * sm_scale,",
+        "_store(_tile(DQ, start, n, h, stride_dqt, stride_dqh, BLOCK, HEAD_DIM), "
+        f"_round_to(acc * sm_scale, q.dtype, {_RD},",
+        "dQ rounded to the input dtype before the conjugate rotation, then again at the store "
+        "(rotary)",
+    ),
+    Mutant(
+        "dv-rounded-before-rotation",
+        _G,
+        ATT,
+        "_store(_tile(DV, start, n, h, stride_dvt, stride_dvh, BLOCK, HEAD_DIM), acc,",
+        "_store(_tile(DV, start, n, h, stride_dvt, stride_dvh, BLOCK, HEAD_DIM), "
+        f"_round_to(acc, q.dtype, {_RD},",
+        "dV rounded to the input dtype before the conjugate rotation, then again at the store "
+        "(rotate_v)",
+    ),
+    # ------------------------------------------------------------------ rotary in the input dtype
+    Mutant(
+        "rotation-in-input-dtype",
+        _G,
+        ATT,
+        "xr = _rotate(x.to(tl.float32), sin, cos, False, BLOCK, HALF)\n        if SPLIT:",
+        "xr = _round_to(_rotate(x.to(tl.float32), _round_to(sin, x.dtype, "
+        f"{_RD}, _round_to(cos, x.dtype, {_RD}, False, BLOCK, HALF), x.dtype, "
+        f"{_RD}\n        if SPLIT:",
+        "q/k (and the forward's V) rotated in the input dtype: sin/cos and the rotated tile "
+        "rounded to it, so the tile's lo half is 0 (rotary)",
+    ),
+    Mutant(
+        "conj-rotation-in-input-dtype",
+        _G,
+        ATT,
+        "x = _rotate(x, sin, cos, True, BLOCK, HALF)",
+        "x = _rotate(_round_to(x, tile[0].dtype.element_ty, "
+        f"{_RD}, _round_to(sin, tile[0].dtype.element_ty, {_RD}, "
+        f"_round_to(cos, tile[0].dtype.element_ty, {_RD}, True, BLOCK, HALF)",
+        "the gradients' conjugate rotation done in the input dtype: the fp32 gradient and "
+        "sin/cos rounded to it first, the result rounded again at the store (rotary)",
+    ),
+    # ------------------------------------------------------------------ the centred dP - Di
+    Mutant(
+        "v-centring-skipped",
+        _G,
+        ATT,
+        "xc = x.to(tl.float32) - _load(row0).to(tl.float32)",
+        "xc = x.to(tl.float32)",
+        "the plain V enters dO V^T uncentred (its first row not subtracted): dP - Di cancels "
+        "in fp32 again (near-constant V; rotary with rotate_v=False too)",
+    ),
+    Mutant(
+        "di-second-pass-dropped",
+        _G,
+        ATT,
+        "ds = p * (dp - tl.sum(p * dp, axis=1)[:, None])",
+        "ds = p * dp",
+        "Di's second pass dropped: dS = P * (dP - Di0) with the fp32 first-pass Di0, whose "
+        "rounding dP - Di then carries (near-constant or saturated inputs)",
+    ),
+    Mutant(
+        "ds-fp16-scale-dropped",
+        _G,
+        ATT,
+        "            ds = ds * ds_up\n            sm_scale = sm_scale * ds_down\n",
+        "",
+        "fp16 dS split without its power-of-two scale: the lo half of a small dS falls below "
+        "fp16's normal range (fp16, small dS as with near-constant V)",
+    ),
+)
