@@ -223,7 +223,8 @@ def elementwise_metrics(
             bd = float(store_bound(torch.tensor([r0], dtype=torch.float64),
                                    torch.tensor([cE0], dtype=torch.float64), dtype_name)[0])
             w.update(value=yv if math.isfinite(yv) else repr(yv), oracle=r0,
-                     err=abs(yv - r0) if math.isfinite(yv) else None, bound=bd)
+                     err=abs(yv - r0) if math.isfinite(yv) else None,
+                     bound=bd if math.isfinite(bd) else None)  # inf: r + cE overflows
             rb["worst"] = w
         if n_viol and is3:
             rb["loc"] = {

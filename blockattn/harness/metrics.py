@@ -116,7 +116,18 @@ def tensor_metrics(
     )
     if el["bound"] is not None:
         el["bound"] = {"model": model.name, "c": model.c, "model_sha": model.sha, **el["bound"]}
-    return {**res, **el}
+    return {**res, **_json_safe(el)}
+
+
+def _json_safe(x: Any) -> Any:
+    """Non-finite floats -> None (JSON has no inf/nan; records read None as 'unbounded')."""
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: _json_safe(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_json_safe(v) for v in x]
+    return x
 
 
 def _whole_tensor_metrics(

@@ -105,3 +105,21 @@ def test_nonfinite_output_is_a_violation_and_worst() -> None:
     m = elementwise_metrics(y, ref, "float16", bound=torch.ones_like(ref), tmap=tmap)
     assert m["bound"]["violations"] == 1 and m["ulp"]["hist"]["nonfinite"] == 1
     assert m["ulp"]["quantiles"]["max"] is None and m["bound"]["worst"]["token"] == 3
+
+
+def test_overflowing_bound_and_nonfinite_values_stay_json_safe() -> None:
+    """A bound whose r + cE overflows fp16, an inf output and an inf oracle element: the record
+    must still serialise with allow_nan=False (None = unbounded)."""
+    import json
+
+    from blockattn.bounds.models import Model
+    from blockattn.harness.metrics import tensor_metrics
+
+    r = torch.tensor([[[6.0e4, 1.0, math.inf]]], dtype=torch.float64)
+    y = torch.tensor([[[math.inf, 1.0, 2.0]]], dtype=torch.float16)
+    e = torch.tensor([[[1.0e4, 0.0, 0.0]]], dtype=torch.float32)
+    model = Model("m", 2.0, {}, {}, {})
+    m = tensor_metrics(y, r, "float16", bound=e, model=model)
+    json.dumps(m, allow_nan=False)
+    assert m["bound"]["violations"] == 0  # inf output within an overflowing allowance
+    assert m["nonfinite_bad"] == 1

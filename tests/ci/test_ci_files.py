@@ -19,7 +19,8 @@ from blockattn.harness.corpus import load_corpus
 
 REPO = Path(__file__).resolve().parents[2]
 WORKFLOWS = sorted((REPO / "ci" / "workflows").glob("*.yml"))
-BASELINE = REPO / "ci" / "baselines" / "h200" / "report.json"
+BASELINE = REPO / "ci" / "baselines" / "h100" / "report.json"
+CPU_BASELINE = REPO / "ci" / "baselines" / "cpu" / "report.json"
 SHELL_OPS = {"|", "||", "&&", ";", ">", ">>", "2>&1"}
 
 
@@ -102,3 +103,17 @@ def test_stored_baseline_covers_the_corpus_with_provenance() -> None:
     assert hashlib.sha256(BASELINE.read_bytes()).hexdigest() in prov
     for word in ("GPU", "commit", "command", report["meta"]["gpu"]):
         assert word in prov
+
+
+@pytest.mark.parametrize("path", [BASELINE, CPU_BASELINE], ids=["h100", "cpu"])
+def test_stored_baselines_carry_elementwise_metrics(path: Path) -> None:
+    """Schema-2 regressions compare elementwise quantities: a baseline without them fails
+    closed, so every stored baseline must carry them for the provider under test."""
+    report = json.loads(path.read_text())
+    for case in report["cases"]:
+        res = case["providers"]["blockattn"]
+        assert res["status"] == "ok", case["case_id"]
+        for m in res["tensors"].values():
+            assert m["ulp"] is not None and m["bound"]["violations"] == 0
+    prov = (path.parent / "PROVENANCE.md").read_text()
+    assert hashlib.sha256(path.read_bytes()).hexdigest() in prov
