@@ -175,30 +175,14 @@ def validate(data: dict[str, Any], path: Path | None = None) -> None:
     src = str(path) if path else "<tolerances>"
     if data.get("schema_version") == 2:
         return _validate_v2(data, src, path)
-    missing = [k for k in TOP_REQUIRED if k not in data]
-    if missing:
-        raise ToleranceError(f"{src}: missing top-level keys {missing}")
-    unknown = set(data) - TOP_ALLOWED
-    if unknown:
-        raise ToleranceError(f"{src}: unknown top-level keys {sorted(unknown)}")
     if data.get("schema_version") not in SCHEMA_VERSIONS:
         raise ToleranceError(
             f"{src}: schema_version {data.get('schema_version')!r} not in {SCHEMA_VERSIONS}"
         )
-    if not isinstance(data["version"], int) or data["version"] < 1:
-        raise ToleranceError(f"{src}: version must be a positive integer")
-    if path is not None:
-        m = re.fullmatch(r"v(\d+)", path.stem)
-        if m and int(m.group(1)) != data["version"]:
-            raise ToleranceError(f"{src}: version {data['version']} does not match file name")
-    if data["status"] not in ("released", "proposed"):
-        raise ToleranceError(f"{src}: status must be 'released' or 'proposed'")
-    prov = data["provenance"]
-    if not isinstance(prov, dict):
-        raise ToleranceError(f"{src}: [provenance] must be a table")
-    pm = [k for k in PROVENANCE_REQUIRED if not isinstance(prov.get(k), str) or not prov.get(k)]
-    if pm:
-        raise ToleranceError(f"{src}: [provenance] needs non-empty strings for {pm}")
+    _validate_common(data, src, path, TOP_REQUIRED)
+    unknown = set(data) - TOP_ALLOWED
+    if unknown:
+        raise ToleranceError(f"{src}: unknown top-level keys {sorted(unknown)}")
     reg = data.get("regression", {})
     if not isinstance(reg, dict) or set(reg) - set(REGRESSION_DEFAULTS):
         raise ToleranceError(f"{src}: [regression] allows only {sorted(REGRESSION_DEFAULTS)}")
