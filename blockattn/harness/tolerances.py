@@ -190,10 +190,6 @@ def validate(data: dict[str, Any], path: Path | None = None) -> None:
         if not _num(v) or v <= 0:
             raise ToleranceError(f"{src}: regression.{k} must be a positive number")
     rules = data["rules"]
-    if not isinstance(rules, dict) or not rules:
-        raise ToleranceError(f"{src}: [rules] must be a non-empty table")
-    if data["under_test"] not in rules:
-        raise ToleranceError(f"{src}: no rules for the provider under test {data['under_test']!r}")
     for prov_name, by_dtype in rules.items():
         if not isinstance(by_dtype, dict):
             raise ToleranceError(f"{src}: rules.{prov_name} must be a table")
@@ -226,6 +222,11 @@ def _validate_common(data: dict[str, Any], src: str, path: Path | None, required
     pm = [k for k in PROVENANCE_REQUIRED if not isinstance(prov.get(k), str) or not prov.get(k)]
     if pm:
         raise ToleranceError(f"{src}: [provenance] needs non-empty strings for {pm}")
+    rules = data["rules"]
+    if not isinstance(rules, dict) or not rules:
+        raise ToleranceError(f"{src}: [rules] must be a non-empty table")
+    if data["under_test"] not in rules:
+        raise ToleranceError(f"{src}: no rules for the provider under test {data['under_test']!r}")
 
 
 def _validate_v2(data: dict[str, Any], src: str, path: Path | None) -> None:
@@ -260,10 +261,6 @@ def _validate_v2(data: dict[str, Any], src: str, path: Path | None) -> None:
     if reg["not_cr_growth"] < 1 or reg["p9999_growth"] < 1 or reg["p50_growth"] < 1:
         raise ToleranceError(f"{src}: regression growth factors must be >= 1")
     rules = data["rules"]
-    if not isinstance(rules, dict) or not rules:
-        raise ToleranceError(f"{src}: [rules] must be a non-empty table")
-    if data["under_test"] not in rules:
-        raise ToleranceError(f"{src}: no rules for the provider under test {data['under_test']!r}")
     for prov_name, rule in rules.items():
         where = f"{src}: rules.{prov_name}"
         if not isinstance(rule, dict):
