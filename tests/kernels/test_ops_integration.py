@@ -20,6 +20,7 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import blockattn
+import blockattn.ops  # registers the torch.ops.blockattn custom ops (imported lazily otherwise)
 import oracles
 from blockattn.kernels import attention as _attn
 
@@ -237,3 +238,72 @@ def test_projection_rejects_gqa() -> None:
         blockattn.projection_rotary_attention(
             x, w, _sinu(), _offsets(), qheads=qheads, kvheads=kvheads
         )
+
+
+# ----------------------------------------------------------------------------- packed projection
+# The projection wrapper's own op pair: q, k, v are views of one packed projection and the
+# backward returns one packed (T, 3 H D) gradient (tests/kernels/test_packed_projection.py
+# checks it bitwise against the unfused path).
+
+
+def _projection_inputs(dtype: torch.dtype, bias: bool = True) -> tuple[torch.Tensor, ...]:
+    g = torch.Generator().manual_seed(3)
+    d_in, n = 32, 3 * H * D
+    x = torch.randn(T, d_in, generator=g).to(dtype).to(DEVICE)
+    w = (torch.randn(d_in, n, generator=g) / d_in**0.5).to(dtype).to(DEVICE)
+    b = torch.randn(n, generator=g).to(dtype).to(DEVICE) if bias else None
+    return x, w, b
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES.values()), ids=list(DTYPES))
+def test_opcheck_projection_attention_fwd(dtype: torch.dtype) -> None:
+    x, w, b = _projection_inputs(dtype)
+    proj = torch.addmm(b, x, w).detach().requires_grad_(True)
+    args = (proj, _offsets(), _sinu(), H, H, 64, D**-0.5, True, None)
+    torch.library.opcheck(torch.ops.blockattn.projection_attention_fwd.default, args)
+
+
+@pytest.mark.parametrize("rotate_v", [True, False], ids=["rotate-v", "rotate-qk"])
+def test_opcheck_projection_attention_bwd(rotate_v: bool) -> None:
+    x, w, b = _projection_inputs(torch.bfloat16)
+    (grad_out,) = _qkv(torch.bfloat16, seed=1)[:1]
+    args = (grad_out, torch.addmm(b, x, w), _offsets(torch.int32), _sinu(), H, H, 64, D**-0.5,
+            rotate_v, T)  # fmt: skip
+    torch.library.opcheck(torch.ops.blockattn.projection_attention_bwd.default, args)
+
+
+def test_projection_op_rejects_gqa_layout() -> None:
+    x, w, b = _projection_inputs(torch.bfloat16)
+    proj = torch.addmm(b, x, w)
+    with pytest.raises(ValueError, match=r"kvheads=1 != qheads=4: GQA is not supported"):
+        torch.ops.blockattn.projection_attention_fwd(
+            proj, _offsets(), _sinu(), 4, 1, 64, D**-0.5, True, None
+        )
+
+
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no-bias"])
+def test_compile_projection_fullgraph_matches_eager(bias: bool) -> None:
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    torch._dynamo.reset()
+    x, w, b = _projection_inputs(torch.bfloat16, bias)
+    (grad_out,) = _qkv(torch.bfloat16, seed=1)[:1]
+    offsets, sinu = _offsets(), _sinu()
+
+    def fn(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+        out = blockattn.projection_rotary_attention(x * 2.0, w, sinu, offsets, qheads=H, bias=b)
+        return out.float().square().to(x.dtype)
+
+    counter = CompileCounterWithBackend("aot_eager")
+    compiled = torch.compile(fn, fullgraph=True, backend=counter)  # graph break -> raises
+
+    def run(f) -> tuple[torch.Tensor, ...]:
+        leaves = [t.detach().requires_grad_(True) for t in (x, w, b) if t is not None]
+        out = f(*leaves, *([None] if b is None else []))
+        return (out.detach(), *torch.autograd.grad(out, leaves, grad_out))
+
+    got, want = run(compiled), run(fn)
+    assert counter.frame_count == 1, "projection was not compiled into exactly one graph"
+    assert len(got) == len(want) == (4 if bias else 3)
+    for name, a, e in zip(("out", "dx", "dw", "dbias"), got, want, strict=False):
+        assert torch.equal(a, e), f"{name} differs under torch.compile"
