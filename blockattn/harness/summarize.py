@@ -486,3 +486,81 @@ def elementwise_markdown(
         if len(bad) > max_list:
             lines += ["", f"... and {len(bad) - max_list} more"]
     return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# The report's headline (blockattn report): verdict counts and per provider x tensor bound rows.
+
+DTYPE_SHORT = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "float64": "fp64"}
+
+
+def dtype_short(dtype: Any) -> str:
+    """'bfloat16' -> 'bf16' (a deliberate abbreviation, never a truncation); others unchanged."""
+    return DTYPE_SHORT.get(str(dtype), str(dtype))
+
+
+def errored(record: dict[str, Any]) -> bool:
+    """The oracle failed, or the provider under test errored (no verdict on its numbers)."""
+    if record.get("oracle_error"):
+        return True
+    p = record.get("providers", {}).get(record.get("under_test"))
+    return bool(p) and p.get("status") == "error"
+
+
+def verdict_counts(records: list[dict[str, Any]]) -> dict[str, int]:
+    """Case counts from each record's `verdict` (never from provider status).
+
+    cases = judged + not_judged; judged = passed + failed + skipped + errored_judged, where an
+    errored case (oracle or provider under test errored) counts as errored, not failed.
+    `errored` also counts unjudged records, so a --no-tolerances run still shows its errors.
+    """
+    c = dict.fromkeys(
+        ("cases", "judged", "passed", "failed", "skipped", "errored", "not_judged"), 0
+    )
+    for r in records:
+        c["cases"] += 1
+        v = r.get("verdict")
+        if errored(r):
+            c["errored"] += 1
+        if not isinstance(v, dict) or "passed" not in v:
+            c["not_judged"] += 1
+            continue
+        c["judged"] += 1
+        if errored(r):
+            continue
+        if not v["passed"]:
+            c["failed"] += 1
+        elif v.get("skipped"):
+            c["skipped"] += 1
+        else:
+            c["passed"] += 1
+    return c
+
+
+def bound_rows(
+    records: list[dict[str, Any]], *, under_test: str | None = None
+) -> list[dict[str, Any]]:
+    """tensor_table's rows (inf for unbounded), each with `failing` (bound violated or NaN/Inf
+    where the oracle is finite), `under_test`, and the `headroom` / `violations_text` cells of
+    elementwise_markdown; failing rows first (the provider under test's, worst first), then the
+    provider under test's, then the rest."""
+    uts = {under_test} if under_test else {r.get("under_test") for r in records}
+    rows = []
+    for row in _tensor_rows(records):
+        row["failing"] = _fails(row) or row["nonfinite_bad"] > 0
+        row["under_test"] = row["provider"] in uts
+        row["headroom"] = _headroom(row)
+        row["violations_text"] = _viol(row)
+        rows.append(row)
+    rows.sort(
+        key=lambda row: (
+            not row["failing"],
+            not row["under_test"],
+            -(row["max_bound_ratio"] or 0.0) if row["failing"] else 0.0,
+            str(row["provider"]),
+            str(row["variant"]),
+            str(row["dtype"]),
+            str(row["tensor"]),
+        )
+    )
+    return rows

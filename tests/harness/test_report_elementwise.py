@@ -369,7 +369,7 @@ def _no_matplotlib(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _render(tmp_path: Path, records: list[dict[str, Any]]) -> tuple[str, str, dict[str, Path]]:
     files = report.render(records, tmp_path, partial=False)
-    return (tmp_path / "report.html").read_text(), (tmp_path / "summary.md").read_text(), files
+    return (tmp_path / "report.html").read_text(), (tmp_path / "report.md").read_text(), files
 
 
 @pytest.mark.parametrize("mpl", [True, False], ids=["matplotlib", "no-matplotlib"])
@@ -403,7 +403,7 @@ def test_html_sections_follow_the_records(tmp_path: Path, monkeypatch, mpl: bool
 
     page, md, files = _render(tmp_path / "old", [old_record()])
     assert "id='ulp-histograms'" not in page and "id='violation-localisation'" not in page
-    assert "<table>" in page and "Elementwise accuracy" not in md
+    assert "<table class='errors'>" in page and "Elementwise accuracy" not in md
     assert not any(k.startswith(("loc_", "ulp_hist_")) for k in files)
 
 

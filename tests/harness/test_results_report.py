@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import random
 import sys
 from pathlib import Path
 
 import pytest
 
 from blockattn import cli
+from blockattn.harness import session
 from blockattn.harness.results import ResultsWriter, load_records
 from blockattn.harness.runner import run_cases
 from blockattn.harness.spec import CaseSpec
@@ -62,26 +64,66 @@ def test_torn_last_line_is_skipped_and_isolated(tmp_path: Path) -> None:
 
 def test_report_renders_partial_results(tmp_path: Path, capsys) -> None:
     _run(tmp_path, SPECS[:2])
+    with open(tmp_path / "results.jsonl", "a") as fh:
+        fh.write('{"case_id": "half-writ')  # killed mid-write: the note must say so
     assert not (tmp_path / "report.json").exists()  # run "still going"
     assert cli.main(["report", str(tmp_path)]) == 0
-    md = (tmp_path / "summary.md").read_text()
+    md = (tmp_path / "report.md").read_text()
     assert "partial" in md and "| eager | plain | bfloat16 | O | 1 |" in md
+    assert "NOT JUDGED" in md.splitlines()[0]  # no tolerance file: no verdict, never PASS
     if importlib.util.find_spec("matplotlib") is not None:  # optional: plots only with it
-        for name in ("err_vs_sparsity", "err_vs_length", "err_vs_tokens", "err_per_dtype_tensor"):
+        # explicit lengths only: no sparsity to plot against, so no empty sparsity plot
+        for name in ("err_vs_length", "err_vs_tokens", "err_per_dtype_tensor"):
             png = tmp_path / "plots" / f"{name}.png"
             assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "<table>" in (tmp_path / "report.html").read_text()
-    assert "(partial)" in capsys.readouterr().out
+    page = (tmp_path / "report.html").read_text()
+    assert "<table class='bounds'>" in page and "<b>Partial</b>" in page
+    out, err = capsys.readouterr()
+    assert "(partial)" in out
+    assert "skipped 1 torn line(s)" in err and "line 3" in err
 
 
 def test_report_renders_without_matplotlib(tmp_path: Path, monkeypatch, capsys) -> None:
     _run(tmp_path, SPECS[:1])
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` -> ImportError
     assert cli.main(["report", str(tmp_path)]) == 0
-    assert "| eager | plain | bfloat16 | O | 1 |" in (tmp_path / "summary.md").read_text()
-    assert "<table>" in (tmp_path / "report.html").read_text()
+    assert "| eager | plain | bfloat16 | O | 1 |" in (tmp_path / "report.md").read_text()
+    assert "<table class='bounds'>" in (tmp_path / "report.html").read_text()
     assert not list(tmp_path.glob("plots/*.png"))
     capsys.readouterr()
+
+
+def test_report_leaves_summary_and_gate_md_alone(tmp_path: Path, capsys) -> None:
+    """`blockattn report` writes report.md; the run's summary.md (provenance, counts, oracle
+    self-check) and the gate's gate.md are records of their own and stay byte for byte."""
+    _run(tmp_path, SPECS[:1])
+    rng = random.Random(7)
+    mine = {n: f"# {n} {rng.random()}\n" for n in ("summary.md", "gate.md")}
+    for n, text in mine.items():
+        (tmp_path / n).write_text(text)
+    assert cli.main(["report", str(tmp_path)]) == 0
+    for n, text in mine.items():
+        assert (tmp_path / n).read_text() == text, n
+    assert (tmp_path / "report.md").read_text().startswith("# blockattn verification report")
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize(
+    ("files", "partial"),
+    [((), True), (("gate.md",), False), (("report.json",), False),
+     (("gate.md", "report.json"), False)],
+)  # fmt: skip
+def test_partial_means_neither_report_json_nor_gate_md(
+    tmp_path: Path, capsys, files: tuple[str, ...], partial: bool
+) -> None:
+    _run(tmp_path, SPECS[:1])
+    if "report.json" in files:
+        session.write_report_json(tmp_path, load_records(tmp_path), {"commit": "abc"})
+    if "gate.md" in files:
+        (tmp_path / "gate.md").write_text("## blockattn gate: \u2705 PASS\n")
+    assert cli.main(["report", str(tmp_path)]) == 0
+    assert ("(partial)" in capsys.readouterr().out) is partial
+    assert ("<b>Partial</b>" in (tmp_path / "report.html").read_text()) is partial
 
 
 def test_report_on_missing_dir_is_exit_2(tmp_path: Path) -> None:
