@@ -6,9 +6,13 @@ sections exactly when the records call for them, with or without matplotlib."""
 from __future__ import annotations
 
 import copy
+import hashlib
 import importlib.util
 import json
+import random
+import re
 import sys
+from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
@@ -440,11 +444,234 @@ def test_pngs_fit_the_page(tmp_path: Path) -> None:
 
     recs = [clean_record(), violating_record("odd_dims"), old_record("rota-bflo-old1", "rotary")]
     f32 = clean_record("plai-fl32-c", dtype="float32")
-    f32["providers"]["bench"] = copy.deepcopy(f32["providers"]["eager"])
+    for name in ("bench", "fa2", "flash-attn-3", "torch-sdpa", "naive-fp64"):  # wide layouts
+        f32["providers"][name] = copy.deepcopy(f32["providers"]["eager"])
     _render(tmp_path, [*recs, f32])
     pngs = sorted((tmp_path / "plots").glob("*.png"))
-    assert {p.stem for p in pngs} >= {"ulp_hist_O", "ulp_hist_dK", "loc_blockattn_dK"}
+    assert {p.stem for p in pngs} >= {"ulp_hist_O", "ulp_hist_dK", "loc_blockattn_dK",
+                                      "err_per_dtype_tensor", "err_vs_sparsity"}  # fmt: skip
     for p in pngs:
         with Image.open(p) as im:
             assert im.size[0] <= 1000, (p.name, im.size)
             assert im.format == "PNG"
+
+
+# ---------------------------------------------------------------------------------------------
+# The page a kernel engineer reads at a glance: verdict banner, bound rows, provenance.
+
+
+class _Text(HTMLParser):
+    """The text a browser shows (outside <style>/<script>), and the row classes of tables."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.chunks: list[str] = []
+        self._skip = 0
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self._skip += tag in ("style", "script")
+
+    def handle_endtag(self, tag: str) -> None:
+        self._skip -= tag in ("style", "script")
+
+    def handle_data(self, data: str) -> None:
+        if not self._skip and data.strip():
+            self.chunks.append(data)
+
+
+def page_text(page: str) -> list[str]:
+    t = _Text()
+    t.feed(page)
+    return t.chunks
+
+
+def with_verdict(rec: dict[str, Any], passed: bool, skipped: bool = False) -> dict[str, Any]:
+    rec = copy.deepcopy(rec)
+    fails = [] if passed else [f"blockattn dK: 12 elements beyond the bound ({rec['case_id']})"]
+    rec["verdict"] = {"passed": passed, "skipped": skipped, "failures": fails, "warnings": [],
+                      "tolerances": "v4"}  # fmt: skip
+    if not passed:
+        rec["verdict"]["replay"] = f"blockattn replay repro/{rec['case_id']}.json"
+    return rec
+
+
+def mixed_records(seed: int) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """Seeded numbers of passed / failed / skipped / errored cases, every provider status ok
+    except the errored ones: the headline must count verdicts, not statuses."""
+    rng = random.Random(seed)
+    want = {"passed": rng.randint(1, 6), "failed": rng.randint(1, 6),
+            "skipped": rng.randint(0, 3), "errored": rng.randint(0, 2)}  # fmt: skip
+    recs = [with_verdict(clean_record(f"plai-bflo-p{i}"), True) for i in range(want["passed"])]
+    recs += [with_verdict(violating_record(case_id=f"plai-bflo-f{i}"), False)
+             for i in range(want["failed"])]  # fmt: skip
+    recs += [with_verdict(clean_record(f"plai-bflo-s{i}"), True, skipped=True)
+             for i in range(want["skipped"])]  # fmt: skip
+    for i in range(want["errored"]):
+        rec = with_verdict(clean_record(f"plai-bflo-e{i}"), False)
+        rec["providers"]["blockattn"] = {"status": "error", "reason": "boom", "time_s": 0.0}
+        recs.append(rec)
+    rng.shuffle(recs)
+    return recs, want
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_banner_counts_verdicts_not_statuses(tmp_path: Path, seed: int) -> None:
+    recs, want = mixed_records(seed)
+    page, md, _ = _render(tmp_path, recs)
+    n = len(recs)
+    line = (f"{n} cases judged: {want['passed']} passed, {want['failed']} failed, "
+            f"{want['skipped']} skipped (unsupported), {want['errored']} errored")  # fmt: skip
+    banner = page[page.index("id='banner'") : page.index("</div>")]
+    assert "<h1>FAIL</h1>" in banner and line in banner
+    assert md.splitlines()[0] == "# blockattn verification report: FAIL"
+    assert f"**{line}**" in md
+    # provider statuses still show, labelled as such and outside the banner
+    ok = n - want["errored"]
+    assert "Provider run status (did it run; not the verdict): blockattn: " in page
+    assert f"ok {ok}" not in banner
+    assert report.banner(recs)["counts"] == {"cases": n, "judged": n, **want, "not_judged": 0}
+
+
+def test_banner_pass_and_not_judged(tmp_path: Path) -> None:
+    rng = random.Random(3)
+    clean = [clean_record(f"plai-bflo-c{i}") for i in range(rng.randint(2, 5))]
+    page, _, _ = _render(tmp_path / "pass", [with_verdict(r, True) for r in clean])
+    assert "<h1>PASS</h1>" in page
+    # --no-tolerances: records without verdicts, even a violating one, are NOT JUDGED
+    page, md, _ = _render(tmp_path / "nj", [*clean, violating_record()])
+    assert "<h1>NOT JUDGED</h1>" in page and not [c for c in page_text(page) if "PASS" in c]
+    assert md.splitlines()[0].endswith(": NOT JUDGED")
+    # a failed oracle self-check, or the gate's own FAIL, fails an otherwise passing page
+    judged = [with_verdict(r, True) for r in clean]
+    checks = [{"name": "closed form", "value": 1e-16, "bound": 1e-12, "passed": True,
+               "detail": ""},
+              {"name": "rotary vs autograd", "value": 3e-9, "bound": 1e-12, "passed": False,
+               "detail": "non-unit table"}]  # fmt: skip
+    report.render(judged, tmp_path / "sc", partial=False, meta={}, selfcheck=checks)
+    page = (tmp_path / "sc" / "report.html").read_text()
+    assert "<h1>FAIL</h1>" in page and "oracle self-check: 1 of 2 check(s) failed" in page
+    sc = page[page.index("id='selfcheck'") :]
+    assert "<tr class='fail'><td>rotary vs autograd</td><td>3e-09</td>" in sc
+    assert report.banner(judged, gate={"decision": "FAIL"})["word"] == "FAIL"
+    assert report.banner(judged, gate={"decision": "PASS"})["word"] == "PASS"
+
+
+def test_html_is_built_not_pasted_markdown(tmp_path: Path) -> None:
+    recs, _ = mixed_records(4)
+    page, md, _ = _render(tmp_path, recs)
+    assert md.startswith("# ") and "`" in md  # the Markdown keeps its syntax ...
+    text = page_text(page)  # ... the page shows none of it: headings are tags, code is <code>
+    assert not [c for c in text if c.lstrip().startswith("#")]
+    assert not [c for c in text if "`" in c]
+    assert "<h2 id='failing'>" in page and "<code class='cmd'>blockattn replay" in page
+
+
+def test_bound_rows_failures_first_in_red(tmp_path: Path) -> None:
+    rng = random.Random(5)
+    ratios = [rng.uniform(0.05, 0.9) for _ in range(3)]
+    clean = [single(f"plai-bflo-c{i}", tm(ulp_=ulp(), bound_=bound(max_ratio=x)), tensor="dQ")
+             for i, x in enumerate(ratios)]  # fmt: skip
+    page, _, _ = _render(tmp_path, [*clean, violating_record("head")])
+    sec = page[page.index("id='bounds'") : page.index("id='provenance'")]
+    assert "1 of 5 row(s) fail" in sec  # blockattn O, dQ, dK; eager O, dK
+    rows = re.findall(r"<tr class='(fail|pass)'><td>([^<]*)</td><td><b>([^<]*)</b></td>", sec)
+    assert rows[0] == ("fail", "blockattn", "dK")
+    assert [r[0] for r in rows].count("fail") == 1
+    assert ("pass", "blockattn", "dQ") in rows[1:]
+    # headroom = 1 / worst max err/bound over the group's cases, as summarize._headroom has it
+    dq = sec[sec.index("<b>dQ</b>") :]
+    assert f"<b>{1 / max(ratios):.3g}x</b>" in dq[: dq.index("</tr>")]
+    assert "<b>VIOLATED</b>" in sec[: sec.index("<b>dQ</b>")]
+    assert "tr.fail td{background:#" in page  # red rows are styled
+
+
+def test_provenance_block(tmp_path: Path) -> None:
+    tol = tmp_path / "v4.toml"
+    tol.write_text(f"version = 4 # {random.Random(6).random()}\n")
+    sha = hashlib.sha256(tol.read_bytes()).hexdigest()
+    rec = with_verdict(clean_record(), True)
+    rec["tolerances"] = {"version": 4, "sha256": sha}
+    meta = {"commit": "deadbee", "device": "cuda", "gpu": "NVIDIA H200", "arch": "sm_90",
+            "tolerances": str(tol), "command": "blockattn run --tolerances v4.toml"}  # fmt: skip
+    report.render([rec], tmp_path / "a", partial=False, meta=meta, selfcheck=None)
+    prov = dict(report.provenance([rec], meta, None))
+    assert prov["command"] == meta["command"] and prov["commit"] == "deadbee"
+    assert prov["GPU"] == "NVIDIA H200 (sm_90)" and prov["tolerance file"] == str(tol)
+    assert prov["tolerances v4 sha256"] == sha
+    assert prov["tolerance file check"] == "matches the recorded sha256"
+    page = (tmp_path / "a" / "report.html").read_text()
+    assert f"<code>{sha}</code>" in page and "not run (--no-selfcheck" in page
+    # meta without "command" (runs before it was recorded), and a file edited since the run
+    meta.pop("command")
+    tol.write_text("version = 4 # edited\n")
+    prov = dict(report.provenance([rec], meta, None))
+    assert prov["command"] == "not recorded"
+    assert prov["tolerance file check"].startswith("DIFFERS: the file now has sha256 ")
+    # a gate directory without report.json: the path comes from gate.md
+    gate_md = tmp_path / "gate.md"
+    gate_md.write_text(f"## blockattn gate: \u274c FAIL\n\nTolerances `{tol}` (v4, released)\n")
+    gate = report.read_gate_md(gate_md)
+    assert gate == {"decision": "FAIL", "tolerances": str(tol)}
+    prov = dict(report.provenance([rec], None, gate))
+    assert prov["tolerance file"] == str(tol) and prov["commit"] == "not recorded"
+
+
+def _figures(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Keep every figure report.py closes, to inspect its artists after render()."""
+    import matplotlib.pyplot as plt
+
+    kept: list[Any] = []
+    monkeypatch.setattr(plt, "close", kept.append)
+    return kept
+
+
+def _sticks_out(fig) -> bool:
+    """True when anything drawn (tick labels, titles, axis labels, legends) extends beyond the
+    figure: the tight bbox of the drawn artists must lie inside the canvas (0.02 in slack)."""
+    fig.canvas.draw()
+    t, box = fig.get_tightbbox(fig.canvas.get_renderer()), fig.bbox_inches
+    return t.x0 < box.x0 - 0.02 or t.y0 < box.y0 - 0.02 or t.x1 > box.x1 + 0.02 or (
+        t.y1 > box.y1 + 0.02
+    )
+
+
+@pytest.mark.skipif(not HAS_MPL, reason="matplotlib not installed")
+def test_plots_draw_their_limits_and_keep_labels_inside(tmp_path: Path, monkeypatch) -> None:
+    figs = _figures(monkeypatch)
+    rng = random.Random(8)
+    recs = []
+    for dt in ("bfloat16", "float16", "float32"):
+        for i in range(3):
+            r = clean_record(f"plai-{dt[:4]}-{i}", dtype=dt)
+            for name in ("fa2", "flash-attn-3", "torch-sdpa", "naive-fp64"):
+                r["providers"][name] = copy.deepcopy(r["providers"]["eager"])
+                r["providers"][name]["tensors"]["O"]["bound"]["max_ratio"] = rng.uniform(0, 3)
+            recs.append(r)
+    recs.append(violating_record("odd_dims"))
+    report.render(recs, tmp_path, partial=False)
+    assert figs
+    for fig in figs:
+        name = fig.axes[0].get_title() or fig.texts[0].get_text()
+        assert fig.get_figwidth() * report.DPI <= 1000, name
+        assert not _sticks_out(fig), name
+        for ax in fig.axes:
+            if not (ax.get_visible() and ax.axison) or ax.get_label() == "<colorbar>":
+                continue  # hidden spare panels, "no map" placeholders, colour bars
+            hs = {round(ln.get_ydata()[0], 6) for ln in ax.get_lines()
+                  if len(set(ln.get_ydata())) == 1 and len(ln.get_xdata()) == 2}  # fmt: skip
+            vs = {round(ln.get_xdata()[0], 6) for ln in ax.get_lines()
+                  if len(set(ln.get_xdata())) == 1 and len(ln.get_ydata()) == 2}  # fmt: skip
+            if "ulps of the exact value" in ax.get_title():
+                assert {-1.0, 0.0} <= vs, ax.get_title()  # log2: 0.5 ulp and 1 ulp
+            elif ax.get_title().startswith("by (row"):
+                continue  # the heatmap: its colour scale turns red at the bound
+            else:
+                assert 1.0 in hs, ax.get_title()  # err/bound = 1
+    per_dtype = next(f for f in figs if any(a.get_title().startswith("float32 (fp32)")
+                                            for a in f.axes))  # fmt: skip
+    labels = {t.get_text() for a in per_dtype.axes for t in a.get_xticklabels()}
+    assert labels == {"O", "dQ", "dK"}  # full tensor names, no truncated "bflo O" stacks
+    monkeypatch.undo()
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
