@@ -26,11 +26,11 @@ from triton.testing import do_bench
 import oracles
 from blockattn import block_attention
 from blockattn.cases import make_case
-from blockattn.harness.providers._common import rotary as eager_rotary
-from blockattn.harness.providers.fa2 import _attention as fa2_attention
-from blockattn.harness.providers.fa2 import active_flash_impl
 from blockattn.kernels.attention import attention_bwd, attention_fwd
 from blockattn.kernels.tiles import build_tile_table
+from blockattn.providers._common import rotary as eager_rotary
+from blockattn.providers.fa2 import _attention as fa2_attention
+from blockattn.providers.fa2 import active_flash_impl
 
 P = dict(B=1152, max_len=4096, sparsity=0.7, H=4)
 SMALL = dict(B=256, max_len=1024, sparsity=0.7, H=4)
@@ -168,7 +168,7 @@ def timings(D: int) -> dict:
     )
     rec("tile_table", lambda: build_tile_table(off, T, 64), 0)
     # FA v2 with cu_seqlens cut at every 64-token block.
-    from blockattn.harness.providers._common import block_cu_seqlens
+    from blockattn.providers._common import block_cu_seqlens
 
     cu = block_cu_seqlens(off)
     out, lse, rng, unused, _ = torch.ops.aten._flash_attention_forward(

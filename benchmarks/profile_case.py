@@ -25,7 +25,7 @@ def main() -> None:
     ap.add_argument("--providers", default="blockattn,fa2")
     args = ap.parse_args()
     session.setup_device()
-    from blockattn.commands.run import shape_p_specs
+    from blockattn.harness.plan import shape_p_specs
     from blockattn.harness.runner import run_cases
 
     spec = next(s for s in shape_p_specs() if s.variant == args.shape_p)

@@ -25,8 +25,39 @@ def _command_modules() -> dict[str, object]:
     return mods
 
 
+def version_string() -> str:
+    """Package version, commit and the torch/triton it runs with (what a bug report needs)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        ver = version("blockattn")
+    except PackageNotFoundError:
+        ver = "unknown (not installed)"
+    from blockattn.harness.runner import git_commit
+
+    parts = [f"blockattn {ver}", f"commit {git_commit()}"]
+    for mod in ("torch", "triton"):
+        try:
+            parts.append(f"{mod} {importlib.import_module(mod).__version__}")
+        except ImportError:
+            parts.append(f"{mod} missing")
+    return ", ".join(parts)
+
+
+class _VersionAction(argparse.Action):
+    """`--version`, computed only when asked: it imports torch, which must wait for configure()."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kw: object) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="print versions and exit")
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:  # type: ignore[override]
+        print(version_string())
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="blockattn", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action=_VersionAction)
     sub = parser.add_subparsers(dest="command", required=True)
     for name, mod in _command_modules().items():
         p = sub.add_parser(name, help=mod.HELP, description=mod.HELP)
@@ -38,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)  # argparse exits 2 on usage errors
+    args._argv = list(sys.argv[1:] if argv is None else argv)
     try:
         return int(args._main(args) or 0)
     except (ValueError, TypeError, OSError) as exc:  # OSError: --out is a file, no access...

@@ -38,8 +38,8 @@ def accuracy_config(
     key: tuple, providers: set[str], seed: int, device: str, want_oracle_time: bool
 ) -> dict[str, Any]:
     """{"floor": {t: x}, "err": {provider: {t: x} | NotRunnable}, "oracle_s": s} for one seed."""
+    from blockattn import providers as registry
     from blockattn.harness import metrics
-    from blockattn.harness import providers as registry
     from blockattn.harness.inputs import build_inputs
     from blockattn.harness.reference import oracle_outputs
     from blockattn.harness.spec import CaseSpec

@@ -7,6 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+from blockattn.harness.tolerances import resolve_path as _tol_path
+
 HELP = (
     "run the gate's plan (corpus once + seeded fuzz) on the unmodified kernels over N fuzz seeds "
     "and report every failure: a gate that fails here would be a false alarm (exit 1)"
@@ -29,7 +31,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="run each fuzz draw once per input distribution (6x the cases): no distribution "
         "is left to the sampler's luck",
     )
-    p.add_argument("--tolerances", type=Path, help="default: newest released for this device")
+    p.add_argument("--tolerances", type=_tol_path, help="default: newest released for this device")
     p.add_argument("--out", type=Path, help="report dir (default reports/false-alarms-*)")
     p.add_argument("--no-progress", action="store_true")
 

@@ -6,14 +6,18 @@ import argparse
 import sys
 from pathlib import Path
 
+from blockattn.harness.tolerances import resolve_path as _tol_path
+
 HELP = (
-    "gate kernel numerics against tolerances/vN.toml (exit 0 pass, 1 numeric failure or "
+    "gate kernel numerics against blockattn/tolerances/vN.toml (exit 0 pass, 1 numeric failure or "
     "regression, 2 usage/config error); prints a Markdown summary for CI comments"
 )
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--tolerances", type=Path, required=True, help="tolerances/vN.toml")
+    p.add_argument(
+        "--tolerances", type=_tol_path, required=True, help="shipped version (v5) or vN.toml path"
+    )
     p.add_argument(
         "--baseline", type=Path, help="earlier report.json (or report dir) to check for regressions"
     )

@@ -8,6 +8,8 @@ import os
 import sys
 from pathlib import Path
 
+from blockattn.harness.tolerances import resolve_path as _tol_path
+
 HELP = (
     "apply each planted bug to a copy of the package, run the quick tier (cpu corpus + seeded "
     "fuzz) against it and report which mutants the suite killed (exit 1 if any survived)"
@@ -36,7 +38,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=max(1, (os.cpu_count() or 2) // 2),
         help="mutants run in parallel (default: half the CPU cores)",
     )
-    p.add_argument("--tolerances", type=Path, help="default: newest released for this device")
+    p.add_argument("--tolerances", type=_tol_path, help="default: newest released for this device")
     p.add_argument("--no-control", action="store_true", help="skip the unmodified control run")
     p.add_argument("--out", type=Path, help="report dir (mutants.json, mutants.md)")
 

@@ -4,16 +4,22 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
+
+from blockattn.harness.tolerances import resolve_path as _tol_path
 
 HELP = "re-run one failing case from its reproducer (repro/<case_id>.json) and show its metrics"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("repro", help="reproducer JSON file, or an inline JSON case spec")
-    p.add_argument("--tolerances", type=Path, help="judge with this tolerance file")
+    p.add_argument("--tolerances", type=_tol_path, help="judge with this tolerance file")
     p.add_argument("--providers", help="comma list (default: those of the reproducer)")
     p.add_argument("--json", action="store_true", help="print the full record as JSON")
+    from blockattn.commands._options import add_provider_option
+
+    add_provider_option(p)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -36,6 +42,18 @@ def main(args: argparse.Namespace) -> int:
         raise ValueError(f"repro {args.repro!r}: must be a JSON object with a 'spec' object")
     spec = CaseSpec.from_dict(spec_d)
     device = session.setup_device()
+    from blockattn import providers
+
+    # The outside kernels of the failing run, by the spec they were loaded with (--provider
+    # on this command overrides one of the same name); imported relative to the run's cwd.
+    specs = dict(payload.get("provider_specs") or {}) if isinstance(payload, dict) else {}
+    for s_ in args.provider or []:
+        name, _mod, attr = providers.parse_spec(s_)
+        specs[name or attr.rsplit(".", 1)[-1]] = s_
+    run_cwd = payload.get("cwd") if isinstance(payload, dict) else None
+    if specs and run_cwd and run_cwd not in sys.path and Path(run_cwd).is_dir():
+        sys.path.append(run_cwd)
+    providers.load_specs(list(specs.values()))
     ut0, bl0, provs0 = default_providers(device)
     ut = payload.get("under_test", ut0)
     bl = bl0 if payload.get("device") != device else payload.get("baseline", bl0)

@@ -6,6 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from blockattn.harness.tolerances import resolve_path as _tol_path
+
 HELP = (
     "run the verification suite (corpus + fuzz) on the available device and write a "
     "report directory (results.jsonl, report.json, summary.md)"
@@ -15,41 +17,65 @@ DEFAULT_FUZZ = {"ci": 8, "gpu": 60, "nightly": 1000}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from blockattn.commands._options import (
+        add_provider_option,
+        add_selection_options,
+        int_at_least,
+    )
+
     p.add_argument("--out", type=Path, help="report directory (default reports/run-<timestamp>)")
     p.add_argument(
         "--profile",
         choices=("ci", "gpu", "nightly"),
         help="fuzz space/size (default: ci on CPU, gpu on CUDA)",
     )
-    p.add_argument("--fuzz", type=int, help="number of fuzz cases (default per profile)")
-    p.add_argument("--seed", type=int, default=0, help="fuzz sampler seed")
-    p.add_argument("--max-cases", type=int, help="stop after this many cases (corpus first)")
-    p.add_argument("--corpus-only", action="store_true")
+    p.add_argument("--fuzz", type=int_at_least(0), help="fuzz cases (default per profile)")
+    p.add_argument("--seed", type=int_at_least(0), default=0, help="fuzz sampler seed")
+    p.add_argument(
+        "--max-cases", type=int_at_least(1), help="stop after this many cases (corpus first)"
+    )
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--corpus-only", action="store_true", help="no fuzz cases")
+    mode.add_argument("--fuzz-only", action="store_true", help="no corpus cases")
     p.add_argument(
         "--shape-p",
         action="store_true",
         help="also run the production shape P (B=1152, max_len=4096, sparsity 0.7, H=4, D=128, "
         "bf16; plain and rotary); needs a GPU with ~40 GB free",
     )
-    p.add_argument("--resume", action="store_true", help="skip cases already in --out")
-    p.add_argument("--providers", help="comma list (default: blockattn + device baseline)")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="skip cases already in --out (needs --out; refuses a dir run with other options)",
+    )
+    add_provider_option(p)
+    p.add_argument("--providers", help="comma list (default: kernel under test + device baseline)")
     p.add_argument("--under-test", default=None, help="provider judged (default blockattn)")
     p.add_argument("--baseline", default=None, help="baseline provider (default fa2 / eager)")
     p.add_argument(
         "--tolerances",
-        type=Path,
+        type=_tol_path,
         help="tolerance file for per-case verdicts (default: latest released)",
     )
     p.add_argument("--no-tolerances", action="store_true", help="record metrics only")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--no-selfcheck", action="store_true", help="skip the oracle self-check")
+    add_selection_options(p)
 
 
 def resolve_plan(args: argparse.Namespace, device: str):
-    from blockattn.harness import providers, runner, strategies
-    from blockattn.harness.corpus import corpus_for_device
+    """(under test, baseline, providers, profile, specs) from the options of run/gate/false-alarms.
 
+    `--provider` specs are loaded (registered) here; the first is under test by default.
+    """
+    from blockattn import providers
+    from blockattn.commands._options import selection_from
+    from blockattn.harness import plan, runner
+
+    outside = providers.load_specs(getattr(args, "provider", None))
     ut, bl, provs = runner.default_providers(device)
+    if outside:
+        ut, provs = outside[0], [*outside, bl]
     ut = args.under_test or ut
     bl = args.baseline or bl
     if args.providers:
@@ -58,28 +84,24 @@ def resolve_plan(args: argparse.Namespace, device: str):
         providers.get(name)  # ValueError (exit 2) on a typo
     provs = list(dict.fromkeys([ut, bl, *provs]))
     profile = args.profile or ("gpu" if device == "cuda" else "ci")
-    specs = corpus_for_device(device)
-    if getattr(args, "shape_p", False):
-        specs += shape_p_specs()
-    if not args.corpus_only:
-        n = DEFAULT_FUZZ[profile] if args.fuzz is None else args.fuzz
-        specs += strategies.sample_specs(strategies.SPACES[profile], n, args.seed)
-    if args.max_cases is not None:
-        if args.max_cases < 0:
-            raise ValueError("--max-cases must be >= 0")
-        specs = specs[: args.max_cases]
+    corpus_only = getattr(args, "corpus_only", False)
+    if corpus_only and getattr(args, "fuzz", None):
+        raise ValueError(f"--corpus-only with --fuzz {args.fuzz}: pick one")
+    if args.max_cases is not None and args.max_cases < 0:
+        raise ValueError("--max-cases must be >= 0")
+    n = 0 if corpus_only else (DEFAULT_FUZZ[profile] if args.fuzz is None else args.fuzz)
+    specs = plan.plan_specs(
+        device,
+        profile=profile,
+        under_test_supports=providers.get(ut).supports,
+        fuzz=n,
+        seed=args.seed,
+        corpus=not getattr(args, "fuzz_only", False),
+        shape_p=getattr(args, "shape_p", False),
+        selection=selection_from(args),
+        max_cases=args.max_cases,
+    )
     return ut, bl, provs, profile, specs
-
-
-def shape_p_specs() -> list:
-    """The production shape P (DEVELOPERS.md), plain and fused rotary, bf16 D=128."""
-    from blockattn.harness.spec import CaseSpec
-
-    shape = dict(B=1152, max_len=4096, sparsity=0.7, H=4, D=128, dtype="bfloat16", seed=7)
-    return [
-        CaseSpec(variant=v, source="shape-p", name=f"shape-P-{v}-bf16-d128", **shape)
-        for v in ("plain", "rotary")
-    ]
 
 
 def load_tolerances(args: argparse.Namespace, device: str | None = None):
@@ -90,9 +112,12 @@ def load_tolerances(args: argparse.Namespace, device: str | None = None):
     path = args.tolerances or tolerances.latest_released(
         tolerances.default_tolerance_dir(), device=device
     )
-    if path is None:
-        print("note: no released tolerance file found; recording metrics only", file=sys.stderr)
-        return None
+    if path is None:  # fail closed: a run nobody judged must not exit 0 looking judged
+        raise ValueError(
+            f"no released tolerance file for device {device!r} in "
+            f"{tolerances.default_tolerance_dir()}: pass --tolerances FILE, or --no-tolerances "
+            "to record metrics only"
+        )
     problems = tolerances.check_manifest(Path(path).parent)
     if problems:
         raise ValueError("; ".join(problems))
@@ -118,15 +143,34 @@ def selfcheck_section(device: str) -> list[dict] | None:
         ]
 
 
+def run_options(args: argparse.Namespace, ut: str, bl: str, provs: list[str], profile: str,
+                tol) -> dict:  # fmt: skip
+    """What decides a run's cases and verdicts: `--resume` must continue with the same."""
+    from blockattn.commands._options import selection_from
+
+    return {
+        "under_test": ut, "baseline": bl, "providers": provs, "profile": profile,
+        "fuzz": args.fuzz, "seed": args.seed, "corpus_only": args.corpus_only,
+        "fuzz_only": args.fuzz_only, "shape_p": args.shape_p, "max_cases": args.max_cases,
+        "selection": selection_from(args).to_dict(),
+        "tolerances_sha256": tol.sha256 if tol else None,
+    }  # fmt: skip
+
+
 def main(args: argparse.Namespace) -> int:
     from blockattn.harness import session, verdict
     from blockattn.harness.runner import device_info, git_commit, run_cases
     from blockattn.harness.summarize import markdown_tables, verdict_markdown
 
     device = session.setup_device()
+    if args.resume and args.out is None:
+        raise ValueError("--resume needs --out DIR: the directory of the run to continue")
     tol = load_tolerances(args, device)
     ut, bl, provs, profile, specs = resolve_plan(args, device)
+    if not specs:
+        raise ValueError("no case to run: the filters/shard select none of the plan")
     out = args.out or session.default_out("run")
+    session.check_run_options(out, run_options(args, ut, bl, provs, profile, tol), args.resume)
     info = device_info()
     print(
         f"blockattn run: {len(specs)} cases on {info['device']} ({info['gpu']}), "
@@ -163,6 +207,9 @@ def main(args: argparse.Namespace) -> int:
         "baseline": bl,
         "providers": provs,
         "tolerances": str(tol.path) if tol else None,
+        "tolerances_sha256": tol.sha256 if tol else None,
+        "command": session.command_line(args),
+        "provider_specs": session.provider_specs(provs),
         "n_cases": len(records),
         "finished": session.timestamp(),
     }

@@ -15,12 +15,13 @@ from typing import Any
 
 import torch
 
-from blockattn.harness import metrics, providers
+from blockattn import providers
+from blockattn.harness import metrics
 from blockattn.harness.inputs import Inputs, build_inputs
-from blockattn.harness.providers import OUTPUT_KEYS, Unsupported
 from blockattn.harness.reference import oracle_bounds, oracle_outputs
 from blockattn.harness.results import ResultsWriter, load_records
 from blockattn.harness.spec import CaseSpec
+from blockattn.providers import OUTPUT_KEYS, Unsupported
 
 
 def device_info() -> dict[str, str]:
@@ -67,7 +68,9 @@ def _bounds_for(prov: providers.Provider, inp: Inputs, tol) -> tuple[Any, dict |
 
     The model is the one the tolerance file's rule for this provider names (the verdict checks
     that it is the one the provider declares)."""
-    model = tol.model_for(prov.name) if tol is not None else None
+    model = (
+        tol.model_for(prov.name, prov.accuracy_model, prov.reference) if tol is not None else None
+    )
     if model is None:
         return None, None
     (bounds,) = oracle_bounds(inp, [model.resolve(inp.spec.dtype)])
@@ -83,6 +86,11 @@ def _run_provider(
     tol=None,  # Tolerances | None: supplies the accuracy model of the elementwise bound
     tmap=None,
 ) -> dict[str, Any]:
+    info = device_info()
+    why = prov.supports.refusal(inp.spec, inp.q.device.type, info["arch"])
+    if why is not None:  # declared: recorded, never judged as a failure
+        return {"status": "unsupported", "reason": f"{prov.name}: {why}", "declared": True,
+                "time_s": 0.0, "provider": prov.describe()}  # fmt: skip
     before = _snapshot(inp)
     t0 = time.perf_counter()
     try:
@@ -90,7 +98,8 @@ def _run_provider(
         if torch.cuda.is_available():
             torch.cuda.synchronize()
     except Unsupported as exc:
-        return {"status": "unsupported", "reason": str(exc), "time_s": time.perf_counter() - t0}
+        return {"status": "unsupported", "reason": str(exc), "time_s": time.perf_counter() - t0,
+                "provider": prov.describe()}  # fmt: skip
     except Exception as exc:  # a crashing provider (CUDA OOM included) is a result, not a crash
         tb = traceback.format_exc(limit=4)
         _release_cuda_memory(exc)
@@ -99,6 +108,7 @@ def _run_provider(
             "reason": f"{type(exc).__name__}: {exc}",
             "traceback": tb,
             "time_s": time.perf_counter() - t0,
+            "provider": prov.describe(),
         }
     elapsed = time.perf_counter() - t0
     for n, t in before.items():
@@ -124,9 +134,12 @@ def _run_provider(
         del bounds
     except ValueError as exc:
         return {"status": "error", "reason": str(exc), "time_s": elapsed}
-    res = {"status": "ok", "reason": None, "time_s": elapsed, "tensors": tensors}
+    res = {"status": "ok", "reason": None, "time_s": elapsed, "tensors": tensors,
+           "provider": prov.describe()}  # fmt: skip
     if prov.accuracy_model is not None:
         res["accuracy_model"] = prov.accuracy_model
+    if prov.reference is not None:
+        res["reference"] = prov.reference
     return res
 
 
@@ -204,12 +217,17 @@ def write_reproducer(
     rdir = out_dir / "repro"
     rdir.mkdir(parents=True, exist_ok=True)
     path = rdir / f"{rec['case_id']}.json"
+    from blockattn.harness.session import provider_specs
+
     payload = {
         "case_id": rec["case_id"],
         "spec": rec["spec"],
         "under_test": rec["under_test"],
         "baseline": rec["baseline"],
         "providers": list(rec["providers"]),
+        # Outside kernels by their --provider spec, so replay re-runs that same provider.
+        "provider_specs": provider_specs(list(rec["providers"])),
+        "cwd": str(Path.cwd()),
         "tolerances": tol_path,
         "failures": failures,
         "device": rec["device"],

@@ -31,10 +31,9 @@ SELFTEST_SPECS = (
 )  # fmt: skip
 
 
-def _model_from_file(tol, provider: str):
+def _model_from_file(tol, name: str):
     from blockattn.bounds import models
 
-    name = tol.data["rules"][provider]["model"]
     return models.parse(name, tol.data["models"][name], f"models.{name}")
 
 
@@ -48,31 +47,46 @@ def _edge_and_over(r: torch.Tensor, cE: torch.Tensor, dtype_name: str):
     return edge, edge + away * ulp(edge, dtype_name)  # one representable step (or two) beyond
 
 
-def _fake_record(spec: CaseSpec, ut: str, declared: str | None, tensors: dict) -> dict[str, Any]:
+def _fake_record(spec: CaseSpec, ut: str, declared: str | None, tensors: dict,
+                 reference: str | None = None) -> dict[str, Any]:
     res = {"status": "ok", "reason": None, "tensors": tensors}
     if declared is not None:
         res["accuracy_model"] = declared
+    if reference is not None:
+        res["reference"] = reference
     return {"case_id": spec.case_id, "spec": spec.to_dict(), "under_test": ut,
             "baseline": ut, "providers": {ut: res}, "oracle_error": None}
 
 
 def run_selftest(tol, under_test: str, device: str = "cpu") -> list[str]:
     """Wrong answers of the judge (empty: the judge is sound). Schema-1 files: not applicable."""
+    from blockattn import providers
     from blockattn.bounds.elementwise import TokenMap, round_to
-    from blockattn.harness import metrics, providers, verdict
+    from blockattn.harness import metrics, verdict
     from blockattn.harness.inputs import build_inputs
     from blockattn.harness.reference import oracle_bounds, oracle_outputs
 
     if tol.schema < 2:
         return []
     problems: list[str] = []
-    if under_test not in tol.data["rules"]:
-        return [f"selftest: the file has no rule for {under_test!r}"]
-    model = _model_from_file(tol, under_test)
     try:
-        declared = providers.get(under_test).accuracy_model
+        prov = providers.get(under_test)
+        declared, reference = prov.accuracy_model, prov.reference
     except ValueError:
-        declared = None
+        declared = reference = None
+    # The model by name straight from the file: the file's own rule, else the declared model,
+    # else the reference's rule (an outside kernel); the lookup code is what is under test.
+    rules = tol.data["rules"]
+    if under_test in rules:
+        model_name = rules[under_test]["model"]
+    elif declared is not None and declared in tol.data["models"]:
+        model_name = declared
+    elif reference is not None and reference in rules:
+        model_name = rules[reference]["model"]
+    else:
+        return [f"selftest: no rule applies to {under_test!r} (no file rule, no declared model "
+                "the file defines, no reference with a rule)"]
+    model = _model_from_file(tol, model_name)
     for spec in SELFTEST_SPECS:
         inp = build_inputs(spec, device)
         ref = oracle_outputs(inp)
@@ -113,8 +127,11 @@ def run_selftest(tol, under_test: str, device: str = "cpu") -> list[str]:
                 problems.append(f"{tag}: one step beyond the bound reported at p50 {q} ulp")
             good[name], over_t[name] = m_edge, m_over
         # The verdict over the same numbers: edge passes, over fails, broken records fail.
-        rec_good = _fake_record(spec, under_test, declared, good)
-        rec_over = _fake_record(spec, under_test, declared, over_t)
+        def fake(tensors: dict, spec: CaseSpec = spec) -> dict[str, Any]:
+            return _fake_record(spec, under_test, declared, tensors, reference)
+
+        rec_good = fake(good)
+        rec_over = fake(over_t)
         if not verdict.evaluate(rec_good, tol, under_test).passed:
             problems.append(f"selftest {spec.name}: verdict fails outputs within the bound")
         if verdict.evaluate(rec_over, tol, under_test).passed:
@@ -123,14 +140,14 @@ def run_selftest(tol, under_test: str, device: str = "cpu") -> list[str]:
             "no provider under test": {**rec_good, "providers": {}},
             "errored provider": {**rec_good, "providers": {under_test: {
                 "status": "error", "reason": "selftest"}}},
-            "no bound in the record": _fake_record(spec, under_test, declared, {
+            "no bound in the record": fake({
                 k: {**m, "bound": None} for k, m in good.items()}),
-            "bound from other constants": _fake_record(spec, under_test, declared, {
+            "bound from other constants": fake({
                 k: {**m, "bound": {**m["bound"], "model_sha": "0" * 12}} for k, m in good.items()}),
             "an errored baseline": {**rec_good, "providers": {
                 **rec_good["providers"], "selftest-baseline": {"status": "error",
                                                                "reason": "selftest"}}},
-            "NaN output": _fake_record(spec, under_test, declared, {
+            "NaN output": fake({
                 k: {**m, "nonfinite_bad": 1} for k, m in good.items()}),
         }  # fmt: skip
         for what, rec in broken.items():

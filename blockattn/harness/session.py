@@ -37,6 +37,55 @@ def setup_device() -> str:
     return device
 
 
+RUN_OPTIONS = "run.json"
+
+
+def check_run_options(out: Path, options: dict[str, Any], resume: bool) -> None:
+    """Record a run's options in DIR/run.json; `--resume` refuses a directory run with others."""
+    p = Path(out) / RUN_OPTIONS
+    if resume and (Path(out) / "results.jsonl").exists():
+        if not p.exists():
+            raise ValueError(f"--resume: {p} is missing (a run by an older blockattn?): its "
+                             "options cannot be checked; start a fresh --out")  # fmt: skip
+        old = json.loads(p.read_text())
+        diff = sorted(k for k in {*old, *options} if old.get(k) != options.get(k))
+        if diff:
+            raise ValueError(
+                f"--resume: {out} was run with other options; differing: "
+                + "; ".join(f"{k}: {old.get(k)!r} there, {options.get(k)!r} now" for k in diff)
+            )
+        return
+    Path(out).mkdir(parents=True, exist_ok=True)
+    tmp = p.with_suffix(".tmp")
+    tmp.write_text(json.dumps(options, indent=1, sort_keys=True) + "\n")
+    tmp.replace(p)
+
+
+def command_line(args: Any) -> str:
+    """The command as typed (cli.main keeps argv), for provenance and reproduction."""
+    import shlex
+
+    argv = getattr(args, "_argv", None)
+    if argv is None:
+        argv = sys.argv[1:]
+    return shlex.join(["blockattn", *argv])
+
+
+def provider_specs(names: list[str]) -> dict[str, str]:
+    """{name: '--provider' spec} of the outside providers among `names` (to re-create them)."""
+    from blockattn import providers
+
+    out = {}
+    for n in names:
+        try:
+            p = providers.get(n)
+        except ValueError:
+            continue
+        if p.spec:
+            out[n] = p.spec
+    return out
+
+
 def timestamp() -> str:
     return _dt.datetime.now(_dt.UTC).strftime("%Y%m%d-%H%M%S")
 

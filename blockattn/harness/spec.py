@@ -11,7 +11,8 @@ from typing import Any
 
 import torch
 
-VARIANTS: tuple[str, ...] = ("plain", "rotary", "projection")
+from blockattn.harness.names import VARIANTS
+
 DTYPES: dict[str, torch.dtype] = {
     "bfloat16": torch.bfloat16,
     "float16": torch.float16,

@@ -15,19 +15,13 @@ from dataclasses import dataclass
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
+from blockattn.harness.names import DISTRIBUTIONS
 from blockattn.harness.spec import CaseSpec
 
-DISTRIBUTIONS = (
-    "normal",
-    "scaled_logits",
-    "heavy_tailed",
-    "tiny",
-    "near_constant",
-    "negative_rows",
-)
 # Lengths that sit on / around block boundaries are where masking and tiling bugs live.
 EDGE_LENGTHS = (0, 1, 63, 64, 65, 127, 128, 129)
 PROFILE_ENV = "BLOCKATTN_HYPOTHESIS_PROFILE"
+_SHORT = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 
 
 @dataclass(frozen=True)
@@ -40,6 +34,8 @@ class Space:
     head_dims: tuple[int, ...]
     dtypes: tuple[str, ...]
     variants: tuple[str, ...] = ("plain", "rotary", "projection")
+    distributions: tuple[str, ...] = DISTRIBUTIONS
+    gqa: bool = True  # projection cases may draw kvheads < H (cut when the kernel has no GQA)
 
 
 SPACES: dict[str, Space] = {
@@ -49,7 +45,7 @@ SPACES: dict[str, Space] = {
         long_lengths=(200,),
         max_total=420,
         heads=(1, 2),
-        head_dims=(64,),
+        head_dims=(64, 128),
         dtypes=("bfloat16", "float16"),
     ),
     "gpu": Space(
@@ -123,7 +119,7 @@ def case_specs(
     variant = draw(st.sampled_from(variants or space.variants))
     H = draw(st.sampled_from(space.heads))
     kvheads = None
-    if variant == "projection" and H > 1:
+    if variant == "projection" and H > 1 and space.gqa:
         kvheads = draw(st.sampled_from([d for d in range(1, H + 1) if H % d == 0]))
     common = dict(
         seed=draw(st.integers(0, 2**31 - 1)),
@@ -132,7 +128,7 @@ def case_specs(
         kvheads=kvheads,
         D=draw(st.sampled_from(space.head_dims)),
         dtype=draw(st.sampled_from(space.dtypes)),
-        distribution=draw(st.sampled_from(DISTRIBUTIONS)),
+        distribution=draw(st.sampled_from(space.distributions)),
         scale=draw(st.one_of(st.none(), st.sampled_from((0.05, 0.125, 0.5)))),
         rotate_v=draw(st.booleans()),
         source="fuzz",
@@ -149,23 +145,28 @@ def sample_specs(space: Space, n: int, seed: int) -> list[CaseSpec]:
     """Seeded draws from the same space without Hypothesis (for `blockattn run`'s fuzz part)."""
     rng = random.Random(seed)
     out = []
-    for _ in range(n):
+    for i in range(n):
         variant = rng.choice(space.variants)
         H = rng.choice(space.heads)
         kvheads = None
-        if variant == "projection" and H > 1:
+        if variant == "projection" and H > 1 and space.gqa:
             kvheads = rng.choice([d for d in range(1, H + 1) if H % d == 0])
+        case_seed = rng.randrange(2**31)  # drawn in the order of earlier releases
+        D, dtype = rng.choice(space.head_dims), rng.choice(space.dtypes)
+        dist = rng.choice(space.distributions)
         common = dict(
-            seed=rng.randrange(2**31),
+            seed=case_seed,
             variant=variant,
             H=H,
             kvheads=kvheads,
-            D=rng.choice(space.head_dims),
-            dtype=rng.choice(space.dtypes),
-            distribution=rng.choice(DISTRIBUTIONS),
+            D=D,
+            dtype=dtype,
+            distribution=dist,
             scale=rng.choice((None, None, 0.05, 0.125, 0.5)),
             rotate_v=rng.random() < 0.5,
             source="fuzz",
+            # Readable and unique within a sample: sampler seed, draw index, what it is.
+            name=f"fuzz-s{seed}-{i}-{variant}-{_SHORT[dtype]}-d{D}-{dist}",
         )
         if rng.random() < 0.5:
             pool = (*EDGE_LENGTHS, *space.long_lengths)

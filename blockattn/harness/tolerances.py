@@ -1,6 +1,6 @@
-"""Tolerance files (tolerances/vN.toml): schema validation, lookup, manifest of released files.
+"""Tolerance files (blockattn/tolerances/vN.toml): schema, lookup, manifest of released files.
 
-Layout (see tolerances/SCHEMA.md for the prose version):
+Layout (see blockattn/tolerances/SCHEMA.md for the prose version):
 
     schema_version = 1
     version = 1                      # must equal N in the file name vN.toml
@@ -28,18 +28,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from blockattn.harness.names import DISTRIBUTIONS as DISTRIBUTION_NAMES
+from blockattn.harness.names import DTYPE_NAMES
+
 SCHEMA_VERSION = 2  # written by this code; 1 (whole-tensor bounds) is still read
 SCHEMA_VERSIONS = (1, 2)
 TENSORS = ("O", "dQ", "dK", "dV", "dX", "dW", "dbias")
-DTYPE_NAMES = ("bfloat16", "float16", "float32")
-DISTRIBUTION_NAMES = (
-    "normal",
-    "scaled_logits",
-    "heavy_tailed",
-    "tiny",
-    "near_constant",
-    "negative_rows",
-)
 RULE_FIELDS: dict[str, tuple[bool, float | None, float | None]] = {
     # name: (required, min exclusive-ish lower bound, upper bound)
     "max_ratio_to_floor": (True, 0.0, None),
@@ -130,13 +124,48 @@ class Tolerances:
     def schema(self) -> int:
         return int(self.data["schema_version"])
 
-    def model_for(self, provider: str):  # -> blockattn.bounds.models.Model | None
-        """The accuracy model a schema-2 file judges `provider` by (None: no rule for it)."""
+    def rule_for(
+        self, provider: str, declared: str | None = None, reference: str | None = None
+    ) -> tuple[dict[str, Any] | None, str]:
+        """(schema-2 rule, where it comes from) for `provider`; (None, why) when none applies.
+
+        In order: the file's own rule for the provider's name; for a provider the file does not
+        name (an outside kernel), the accuracy model it declares, held to 0 violations like every
+        kernel under test; else the rule of the reference provider it names. No silent default.
+        """
+        if self.schema < 2:
+            return None, f"schema-1 tolerances v{self.version} judge only the providers they name"
+        if provider in self.rules:
+            return self.rules[provider], f"rules.{provider}"
+        models = self.data["models"]
+        if declared is not None:
+            if declared not in models:
+                return None, (f"declares accuracy model {declared!r}, which tolerances "
+                              f"v{self.version} does not define (models: {sorted(models)})")
+            return {
+                "model": declared,
+                "max_violations": 0,
+                "reason": f"accuracy model {declared!r} declared by the provider; 0 violations, "
+                "as for every kernel under test (ERROR_ANALYSIS.md §3-4)",
+            }, f"declared model {declared}"
+        if reference is not None:
+            if reference not in self.rules:
+                return None, (f"names reference provider {reference!r}, which tolerances "
+                              f"v{self.version} has no rule for")
+            return self.rules[reference], f"reference {reference} (rules.{reference})"
+        return None, (f"no rule for provider {provider!r} in tolerances v{self.version}, and it "
+                      "declares no accuracy model or reference provider")
+
+    def model_for(
+        self, provider: str, declared: str | None = None, reference: str | None = None
+    ):  # -> blockattn.bounds.models.Model | None
+        """The accuracy model a schema-2 file judges `provider` by (None: no rule applies)."""
         from blockattn.bounds import models as _models
 
-        if self.schema < 2 or provider not in self.rules:
+        rule, _ = self.rule_for(provider, declared, reference)
+        if rule is None:
             return None
-        name = self.rules[provider]["model"]
+        name = rule["model"]
         return _models.parse(name, self.data["models"][name], f"models.{name}")
 
 
@@ -366,4 +395,13 @@ def latest_released(tol_dir: str | Path, device: str | None = None) -> Path | No
 
 
 def default_tolerance_dir() -> Path:
-    return Path(__file__).resolve().parents[2] / "tolerances"
+    """The released files ship inside the package (package data), so an installed wheel has them."""
+    return Path(__file__).resolve().parents[1] / "tolerances"
+
+
+def resolve_path(arg: str | Path) -> Path:
+    """A tolerance file argument: a path, or a bare version name ('v5') of a shipped file."""
+    p = Path(arg)
+    if not p.exists() and re.fullmatch(r"v\d+(\.toml)?", str(arg)):
+        return default_tolerance_dir() / (p.stem + ".toml")
+    return p

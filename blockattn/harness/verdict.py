@@ -156,7 +156,9 @@ def _evaluate_v2(record: dict[str, Any], tol: Tolerances, ut: str) -> Verdict:
 
         status = res.get("status")
         if status == "unsupported":
-            if hard and spec.get("source") == "corpus":
+            # Declared (outside the provider's Supports): never a failure. Refusing a
+            # configuration it declared fails on corpus cases (the corpus holds only those).
+            if hard and spec.get("source") == "corpus" and not res.get("declared"):
                 v.fail(f"{name}: unsupported on a corpus case: {res.get('reason')}")
             elif hard:
                 v.skipped = True
@@ -164,12 +166,12 @@ def _evaluate_v2(record: dict[str, Any], tol: Tolerances, ut: str) -> Verdict:
         if status != "ok":  # error, crash, anything else: the run asked for this provider
             v.fail(f"{name}: {status}: {res.get('reason')}")
             continue
-        rule = tol.rules.get(name)
-        if rule is None:
-            bad(f": no rule for provider {name!r} in tolerances v{tol.version}")
-            continue
-        model = tol.model_for(name)
         declared = res.get("accuracy_model")
+        rule, source = tol.rule_for(name, declared, res.get("reference"))
+        if rule is None:
+            bad(f": {source}")
+            continue
+        model = tol.model_for(name, declared, res.get("reference"))
         if declared is not None and declared != model.name:
             bad(f": declares accuracy model {declared!r}, the file judges it by {model.name!r}")
             continue
@@ -182,7 +184,7 @@ def _evaluate_v2(record: dict[str, Any], tol: Tolerances, ut: str) -> Verdict:
             b = m.get("bound")
             check = {"provider": name, "variant": spec.get("variant"), "dtype": spec.get("dtype"),
                      "tensor": tensor, "violations": None, "max_ratio": None,
-                     "bound": rule["max_violations"], "model": model.name}
+                     "bound": rule["max_violations"], "model": model.name, "rule": source}
             if b is None:
                 bad(f"{tensor}: no elementwise bound in the record (run without this tolerance "
                     "file or an older suite): re-run the case")

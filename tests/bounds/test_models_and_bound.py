@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from blockattn import providers
 from blockattn.bounds import models
 from blockattn.bounds.elementwise import TokenMap, elementwise_metrics
-from blockattn.harness import providers, tolerances
+from blockattn.harness import tolerances
 from blockattn.harness.inputs import build_inputs
 from blockattn.harness.reference import oracle_bounds, oracle_outputs
 from blockattn.harness.spec import CaseSpec

@@ -89,7 +89,7 @@ def test_every_repo_path_named_exists(path: Path) -> None:
 def test_gate_uses_the_newest_released_cuda_tolerances() -> None:
     text = (REPO / "ci" / "workflows" / "gpu.yml").read_text()
     used = re.findall(r"--tolerances (\S+)", text)
-    newest = tolerances.latest_released(REPO / "tolerances", device="cuda")
+    newest = tolerances.latest_released(REPO / "blockattn" / "tolerances", device="cuda")
     assert newest is not None and used
     assert {REPO / u for u in used} == {newest}
 

@@ -9,10 +9,10 @@ from typing import Any
 import torch
 
 from blockattn.harness.calibrate import to_toml
-from blockattn.harness.providers import _common, get
+from blockattn.providers import _common, get
 
 REPO = Path(__file__).resolve().parents[2]
-TOL_DIR = REPO / "tolerances"
+TOL_DIR = REPO / "blockattn" / "tolerances"
 
 
 def minimal_doc(**rule: float) -> dict[str, Any]:

@@ -17,8 +17,8 @@ import pytest
 import torch
 from harness_helpers import TOL_DIR, dk_bug, dump_toml, nan_rows_bug, nomask_bug
 
-from blockattn import cli
-from blockattn.harness import providers, tolerances, verdict
+from blockattn import cli, providers
+from blockattn.harness import tolerances, verdict
 from blockattn.harness.corpus import load_corpus
 from blockattn.harness.results import load_records
 from blockattn.harness.runner import run_cases

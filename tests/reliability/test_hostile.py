@@ -287,7 +287,7 @@ def test_make_case_rejects_and_names_the_argument(bad, seed: int) -> None:
 
 
 # ----------------------------------------------------------------------------- CLI
-TOL = str(Path(__file__).resolve().parents[2] / "tolerances" / "v1.toml")
+TOL = str(Path(__file__).resolve().parents[2] / "blockattn" / "tolerances" / "v1.toml")
 
 
 def _cli(argv: list[str], capsys) -> tuple[int, str]:

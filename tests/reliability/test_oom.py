@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from blockattn import cli
-from blockattn.harness import providers, runner, tolerances, verdict
+from blockattn import cli, providers
+from blockattn.harness import runner, tolerances, verdict
 from blockattn.harness.spec import CaseSpec
 
 # Tiny cases: the interpreter runs each in well under a second.

@@ -14,13 +14,15 @@ from __future__ import annotations
 
 import torch
 
-from blockattn.harness.providers import Unsupported
-from blockattn.harness.providers._common import BLOCK, block_cu_seqlens, run_autograd
+from blockattn.providers import Supports, Unsupported
+from blockattn.providers._common import BLOCK, block_cu_seqlens, run_autograd
 
 NAME = "fa2"
 ROLE = "baseline"
 # FA v2: P and dS rounded to the input dtype before their GEMMs, Di from the stored O
 ACCURACY_MODEL = "fa2-rounded-p-ds"
+# aten's flash kernels: CUDA, 16-bit only; rotary/projection outside (GQA by repeat)
+SUPPORTS = Supports(dtypes=("bfloat16", "float16"), devices=("cuda",), gqa=True)
 
 
 def active_flash_impl() -> str | None:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import torch
 
-from blockattn.harness.providers import Unsupported
+from blockattn.providers import Supports, Unsupported
 
 NAME = "blockattn"
 ROLE = "kernel"
 # FP32 arithmetic, 16-bit MMA operands as hi + lo halves, one rounding at the store
 ACCURACY_MODEL = "fp32-split-operands"
+# bf16/fp16 (production) and fp32 (the reference path); the kernels reject GQA and other head dims
+SUPPORTS = Supports(head_dims=(64, 128), gqa=False)  # block_size 1..128; the suite uses 64
 
 
 def run(inputs, variant: str) -> dict[str, torch.Tensor]:

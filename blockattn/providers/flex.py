@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import torch
 
-from blockattn.harness.providers import Unsupported
-from blockattn.harness.providers._common import BLOCK, block_layout, run_autograd
+from blockattn.providers import Supports, Unsupported
+from blockattn.providers._common import BLOCK, block_layout, run_autograd
 
 NAME = "flex"
 ROLE = "baseline"
+SUPPORTS = Supports(devices=("cuda",), gqa=True)  # CPU flex is an unfused math path
 _compiled = None
 
 

@@ -6,10 +6,12 @@ import importlib.util
 
 import torch
 
-from blockattn.harness.providers import Unsupported
+from blockattn.providers import Supports, Unsupported
 
 NAME = "tlx"
 ROLE = "baseline"
+# The TLX kernels target Blackwell (sm_100) only.
+SUPPORTS = Supports(dtypes=("bfloat16", "float16"), devices=("cuda",), archs=("sm_100",))
 
 
 def run(inputs, variant: str) -> dict[str, torch.Tensor]:

@@ -1,0 +1,85 @@
+"""Options shared by the commands: outside providers, case filters, validated numbers.
+
+Every numeric option is checked by argparse itself (exit 2 with `argument --NAME: ...`), so a
+negative count or a malformed shard never reaches the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from typing import Any
+
+from blockattn.harness.names import DISTRIBUTIONS, DTYPE_ALIASES, DTYPE_NAMES, VARIANTS
+from blockattn.harness.plan import Selection
+
+PROVIDER_HELP = (
+    "an outside kernel: [NAME=]MODULE:CALLABLE, a callable with block_attention's signature "
+    "(repeatable; the first is the one under test unless --under-test says otherwise); "
+    "installed packages may also register providers under the entry-point group "
+    "'blockattn.providers'"
+)
+
+
+def int_at_least(lo: int) -> Any:
+    def parse(text: str) -> int:
+        try:
+            n = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if n < lo:
+            raise argparse.ArgumentTypeError(f"must be >= {lo}, got {n}")
+        return n
+
+    return parse
+
+
+def shard_spec(text: str) -> tuple[int, int]:
+    m = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text)
+    if not m:
+        raise argparse.ArgumentTypeError(f"expected I/N (e.g. 1/4), got {text!r}")
+    i, n = int(m.group(1)), int(m.group(2))
+    if not 1 <= i <= n:
+        raise argparse.ArgumentTypeError(f"I/N needs 1 <= I <= N, got {text!r}")
+    return i, n
+
+
+def dtype_name(text: str) -> str:
+    name = DTYPE_ALIASES.get(text, text)
+    if name not in DTYPE_NAMES:
+        raise argparse.ArgumentTypeError(f"unknown dtype {text!r} (known: {list(DTYPE_NAMES)})")
+    return name
+
+
+def add_provider_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--provider", action="append", metavar="[NAME=]MODULE:CALLABLE",
+                   help=PROVIDER_HELP)  # fmt: skip
+
+
+def add_selection_options(p: argparse.ArgumentParser, *, shard: bool = True) -> None:
+    g = p.add_argument_group("case selection (repeatable; cases must match every filter given)")
+    g.add_argument("--dtype", action="append", type=dtype_name, help="bfloat16|float16|float32")
+    g.add_argument("--head-dim", action="append", type=int_at_least(1), help="head dim D")
+    g.add_argument("--variant", action="append", choices=VARIANTS)
+    g.add_argument("--distribution", action="append", choices=DISTRIBUTIONS)
+    g.add_argument("--case", action="append", metavar="ID",
+                   help="a case id (plai-bflo-1a2b3c4d5e) or a corpus/fuzz case name")  # fmt: skip
+    if shard:
+        g.add_argument("--shard", type=shard_spec, metavar="I/N",
+                       help="run only shard I of N (1-based, round-robin over the plan): a CI "
+                       "matrix splits the cases; `blockattn merge` joins the reports")  # fmt: skip
+
+
+def selection_from(args: argparse.Namespace) -> Selection:
+    def tup(name: str) -> tuple | None:
+        v = getattr(args, name, None)
+        return tuple(dict.fromkeys(v)) if v else None
+
+    return Selection(
+        dtypes=tup("dtype"),
+        head_dims=tup("head_dim"),
+        variants=tup("variant"),
+        distributions=tup("distribution"),
+        cases=tup("case"),
+        shard=getattr(args, "shard", None),
+    )
