@@ -2,8 +2,13 @@
 
 `blockattn.cases.make_case` draws every value on the CPU (bit-identical across devices), which
 costs seconds at the production shape (~1.4 M tokens x 4 x 128 x 4 tensors). Here only the
-lengths come from `cases.draw_lengths` (same convention: sparsity = expected EMPTY fraction);
-values are drawn on the device from a seeded device generator.
+lengths are drawn on the CPU; values are drawn on the device from a seeded device generator.
+
+Two sparsity conventions, named in every case and result (`sparsity_convention`):
+- "empty" (ours, `cases.draw_lengths`): sparsity = expected EMPTY fraction of the padded
+  B x max_len grid, mean length (1 - s) max_len. Shape P (s = 0.7): mean 1229, T ~ 1.42 M.
+- "fill" (tritonbench's blocked_attention generator, `draw_lengths_fill`): the same number is
+  the FILLED fraction, mean length ~ s max_len. Shape P (s = 0.7): mean ~2866, T ~ 3.30 M.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from torch import Tensor
 from blockattn.cases import draw_lengths, make_sinu_pos, offsets_from_lengths
 
 BLOCK = 64
+SPARSITY_CONVENTIONS = ("empty", "fill")
 
 # Check bounds: relative Frobenius error ||x - ref|| / ||ref|| over the sampled sequences must be
 # <= C * u, u = eps(dtype) / 2 the unit roundoff (bf16: 2^-8). O carries one final rounding plus
@@ -34,6 +40,46 @@ def unit_roundoff(dtype: torch.dtype) -> float:
 
 def check_bound(name: str, dtype: torch.dtype) -> float:
     return CHECK_C[name] * unit_roundoff(dtype)
+
+
+def draw_lengths_fill(B: int, max_len: int, fill: float, generator: torch.Generator) -> Tensor:
+    """B lengths under tritonbench's fill-fraction convention (mean length ~ fill * max_len).
+
+    Follows `generate_sparse_lengths` in meta-pytorch/tritonbench,
+    tritonbench/operators/blocked_attention/generate_inputs.py (read at commits c93fef4 and
+    8d44ad3; there the argument is called `sparsity` but is the fill fraction s):
+    - s = 0: all lengths 0; s = 1: all lengths max_len;
+    - 0.5 <= s < 1: uniform integers in [int((2s - 1) max_len), max_len), upper end EXCLUSIVE
+      (torch.randint), so the mean is (int((2s - 1) max_len) + max_len - 1) / 2 ~ s max_len - 1/2;
+    - 0 < s < 0.5: uniform integers in [0, int(2 s max_len)).
+    tritonbench draws on the device with the global RNG; here the draw is on the CPU from
+    `generator`, so lengths are reproducible per seed (the same distribution, not its values).
+    """
+    if not 0.0 <= fill <= 1.0:
+        raise ValueError(f"fill fraction must be in [0, 1], got {fill}")
+    if fill == 0.0:
+        return torch.zeros(B, dtype=torch.int64)
+    if fill == 1.0:
+        return torch.full((B,), max_len, dtype=torch.int64)
+    low, high = (
+        (int((2 * fill - 1.0) * max_len), max_len) if fill >= 0.5 else (0, int(2 * fill * max_len))
+    )
+    if high <= low:  # tiny fill at a tiny max_len: randint needs a non-empty range
+        return torch.full((B,), low, dtype=torch.int64)
+    return torch.randint(low, high, (B,), generator=generator, dtype=torch.int64)
+
+
+def draw_bench_lengths(
+    B: int, max_len: int, sparsity: float, convention: str, generator: torch.Generator
+) -> Tensor:
+    """Lengths for `sparsity` read under `convention` ("empty" or "fill", see the docstring)."""
+    if convention == "empty":
+        return draw_lengths(B, max_len, sparsity, generator)
+    if convention == "fill":
+        return draw_lengths_fill(B, max_len, sparsity, generator)
+    raise ValueError(
+        f"sparsity_convention must be one of {SPARSITY_CONVENTIONS}, got {convention!r}"
+    )
 
 
 @dataclass
@@ -54,6 +100,7 @@ class BenchCase:
     sinu: Tensor  # (T, D) fp32 [sin | cos]
     scale: float
     seed: int
+    sparsity_convention: str = "empty"  # how `sparsity` was read: "empty" or "fill"
     _oracle: dict[bool, dict[str, Tensor]] = field(default_factory=dict, repr=False)
     _sample: Tensor | None = field(default=None, repr=False)
     _sample_offsets: Tensor | None = field(default=None, repr=False)
@@ -80,6 +127,9 @@ class BenchCase:
             "B": self.B,
             "max_len": self.max_len,
             "sparsity": self.sparsity,
+            "sparsity_convention": self.sparsity_convention,
+            # Realised filled fraction of the B x max_len grid: comparable across conventions.
+            "fill": self.T / (self.B * self.max_len),
             "H": self.H,
             "D": self.D,
             "dtype": str(self.dtype).removeprefix("torch."),
@@ -160,9 +210,10 @@ def make_bench_case(
     dtype: torch.dtype,
     device: torch.device,
     seed: int = 0,
+    sparsity_convention: str = "empty",
 ) -> BenchCase:
     g_len = torch.Generator().manual_seed(seed)
-    lens = draw_lengths(B, max_len, sparsity, g_len)
+    lens = draw_bench_lengths(B, max_len, sparsity, sparsity_convention, g_len)
     if int(lens.sum()) == 0:
         lens[0] = 1
     offsets_cpu = offsets_from_lengths(lens, torch.int32)
@@ -193,4 +244,5 @@ def make_bench_case(
         sinu=sinu,
         scale=1.0 / math.sqrt(D),
         seed=seed,
+        sparsity_convention=sparsity_convention,
     )

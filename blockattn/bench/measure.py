@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import statistics
 import time
 from collections.abc import Callable
@@ -12,6 +13,14 @@ import torch
 
 def cuda() -> bool:
     return torch.cuda.is_available()
+
+
+def default_gpu_kind() -> str:
+    """A slug of torch.cuda.get_device_name() ("NVIDIA H100 80GB HBM3" -> "nvidia-h100-80gb-hbm3"),
+    or "cpu". `blockattn bench --gpu-kind` overrides it (e.g. with the lent machine's kind)."""
+    if not cuda():
+        return "cpu"
+    return re.sub(r"[^a-z0-9]+", "-", torch.cuda.get_device_name(0).lower()).strip("-") or "cuda"
 
 
 def sync() -> None:

@@ -5,6 +5,10 @@ Derived columns (recomputed on every write from the raw rows):
 - tbps = bytes / time; pct_ceiling = tbps / copy-ceiling tbps.
 - speedup_vs_fa2 = fa2 ms / ms (same case and pass).
 - speedup_vs_fa2_rotary (rotary providers) = best of fa2_rotary_eager / fa2_rotary_compiled ms / ms.
+
+Every row carries `gpu_kind` (the run's, `blockattn bench --gpu-kind`) and `sparsity_convention`.
+Ratios are only ever taken between rows of one gpu kind: `derive`, `compare_runs` and
+`merge_runs` raise ValueError naming both kinds otherwise.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import csv
 import json
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,9 +25,12 @@ from typing import Any
 CSV_COLUMNS = (
     "case",
     "group",
+    "gpu_kind",
     "B",
     "max_len",
     "sparsity",
+    "sparsity_convention",
+    "fill",
     "H",
     "D",
     "dtype",
@@ -64,7 +72,7 @@ class State:
     plots: list[str] | str = field(default_factory=list)
 
     def add(self, row: dict[str, Any]) -> None:
-        self.rows.append(row)
+        self.rows.append({"gpu_kind": self.meta.get("gpu_kind"), **row})
         self.write()
 
     def measurements(self) -> list[dict[str, Any]]:
@@ -121,22 +129,79 @@ def _fmt(x: Any) -> Any:
     return "" if x is None else x
 
 
+def check_same_gpu_kind(a: str | None, b: str | None, what: str = "results") -> None:
+    """Refuse to compare or merge results measured on different kinds of GPU."""
+    if a != b:
+        raise ValueError(
+            f"refusing to compare or merge {what} from different GPU kinds: {a!r} vs {b!r}"
+        )
+
+
+def run_gpu_kind(data: dict[str, Any]) -> str:
+    """A bench.json's gpu kind; files written before --gpu-kind existed: a slug of meta.gpu."""
+    meta = data["meta"]
+    kind = meta.get("gpu_kind")
+    if kind:
+        return str(kind)
+    return re.sub(r"[^a-z0-9]+", "-", str(meta.get("gpu", "unknown")).lower()).strip("-")
+
+
 def derive(rows: list[dict[str, Any]], ceiling: dict[str, Any] | None) -> list[dict[str, Any]]:
     ceil_tbps = ceiling["tbps"] if ceiling else None
-    timed = {(r["case"], r["provider"], r["pass"]): r["ms"] for r in rows if _timed(r)}
+    timed = {(r["case"], r["provider"], r["pass"]): r for r in rows if _timed(r)}
+
+    def ratio_to(r: dict[str, Any], other: dict[str, Any] | None) -> float | None:
+        if other is None:
+            return None
+        check_same_gpu_kind(other.get("gpu_kind"), r.get("gpu_kind"), "bench rows")
+        return other["ms"] / r["ms"]
+
     out = []
     for r in rows:
         r = dict(r)
         if _timed(r):
-            r["tbps"] = r["bytes"] / (r["ms"] * 1e-3) / 1e12
-            r["pct_ceiling"] = 100.0 * r["tbps"] / ceil_tbps if ceil_tbps else None
-            fa2 = timed.get((r["case"], "fa2", r["pass"]))
-            r["speedup_vs_fa2"] = fa2 / r["ms"] if fa2 else None
-            if r["rotary"]:
+            r["tbps"] = r["pct_ceiling"] = None  # projection rows have no byte floor
+            if r.get("bytes"):
+                r["tbps"] = r["bytes"] / (r["ms"] * 1e-3) / 1e12
+                if ceil_tbps:
+                    check_same_gpu_kind(ceiling.get("gpu_kind"), r.get("gpu_kind"), "ceiling/row")
+                    r["pct_ceiling"] = 100.0 * r["tbps"] / ceil_tbps
+            r["speedup_vs_fa2"] = ratio_to(r, timed.get((r["case"], "fa2", r["pass"])))
+            if r.get("rotary"):
                 alts = [timed.get((r["case"], p, r["pass"])) for p in FA2_ROTARY]
-                best = min((a for a in alts if a), default=None)
-                r["speedup_vs_fa2_rotary"] = best / r["ms"] if best else None
+                best = min((a for a in alts if a), key=lambda a: a["ms"], default=None)
+                r["speedup_vs_fa2_rotary"] = ratio_to(r, best)
         out.append(r)
+    return out
+
+
+def _key(r: dict[str, Any]) -> tuple[str, str, str]:
+    return (r["case"], r["provider"], r["pass"])
+
+
+def merge_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Measurements of several bench.json runs in one list (each row keeps its run's meta
+    index); all runs must share one gpu kind."""
+    if not runs:
+        raise ValueError("merge_runs needs at least one run")
+    kind = run_gpu_kind(runs[0])
+    rows = []
+    for i, data in enumerate(runs):
+        check_same_gpu_kind(kind, run_gpu_kind(data), "bench runs")
+        rows += [{**r, "gpu_kind": kind, "run": i} for r in data["measurements"]]
+    return {"gpu_kind": kind, "metas": [d["meta"] for d in runs], "measurements": rows}
+
+
+def compare_runs(base: dict[str, Any], new: dict[str, Any]) -> list[dict[str, Any]]:
+    """new ms / base ms per (case, provider, pass) timed in both; same gpu kind only."""
+    check_same_gpu_kind(run_gpu_kind(base), run_gpu_kind(new), "bench runs")
+    old = {_key(r): r for r in base["measurements"] if _timed(r)}
+    out = []
+    for r in new["measurements"]:
+        b = old.get(_key(r))
+        if b is not None and _timed(r):
+            row = {"case": r["case"], "provider": r["provider"], "pass": r["pass"]}
+            out.append({**row, "base_ms": b["ms"], "new_ms": r["ms"], "ratio": r["ms"] / b["ms"]})
     return out
 
 
@@ -162,8 +227,14 @@ def summary_markdown(data: dict[str, Any]) -> str:
     meta, ceil = data["meta"], data["ceiling"]
     ms = data["measurements"]
     lines = [
-        f"## blockattn bench: {meta['gpu']} | torch {meta['torch']} | triton {meta['triton']} "
+        f"## blockattn bench: {meta['gpu']} (gpu kind {run_gpu_kind(data)}) | torch "
+        f"{meta['torch']} | triton {meta['triton']} "
         f"| {meta['git']['commit'][:10]}{' (dirty)' if meta['git']['dirty'] else ''}",
+        "",
+        "Sparsity column: `s empty` = ours, s is the expected EMPTY fraction of the padded "
+        "B x max_len grid; `s fill` = tritonbench blocked_attention's convention, s is the FILLED "
+        "fraction (for s >= 0.5 lengths uniform in [int((2s-1) max_len), max_len)). `fill` in "
+        "brackets is the realised filled fraction T / (B max_len).",
         "",
         f"Status: {data['status']}, {data['elapsed_s']} s. Flash impl: "
         f"current={meta['flash'].get('current_impl')!r}, "
@@ -193,8 +264,10 @@ def summary_markdown(data: dict[str, Any]) -> str:
     main_cases = list(dict.fromkeys(r["case"] for r in ms if r["group"] == "main"))
     # All providers at the main shapes (ms, median).
     lines += ["", "### All providers (median ms)", ""]
-    lines += ["| case | provider | check | fwd | bwd | fwd+bwd | fwd % ceil | bwd % ceil |"]
-    lines += ["|---|---|---|---:|---:|---:|---:|---:|"]
+    lines += [
+        "| case | sparsity | provider | check | fwd | bwd | fwd+bwd | fwd % ceil | bwd % ceil |"
+    ]
+    lines += ["|---|---|---|---|---:|---:|---:|---:|---:|"]
     for case in main_cases:
         provs = list(dict.fromkeys(r["provider"] for r in ms if r["case"] == case))
         for p in provs:
@@ -203,17 +276,18 @@ def summary_markdown(data: dict[str, Any]) -> str:
             chk = st.get("check") or st["status"]
             f, bw, fb = (_lookup(ms, case, p, x) for x in ("fwd", "bwd", "fwdbwd"))
             lines.append(
-                f"| {case} | {p} | {chk} | {_n(f and f['ms'])} | {_n(bw and bw['ms'])} | "
+                f"| {case} | {_sparsity(st)} | {p} | {chk} | {_n(f and f['ms'])} | "
+                f"{_n(bw and bw['ms'])} | "
                 f"{_n(fb and fb['ms'])} | {_n(f and f['pct_ceiling'], '.1f')} | "
                 f"{_n(bw and bw['pct_ceiling'], '.1f')} |"
             )
     # Side by side + targets: the last thing printed.
     lines += ["", "### Summary: blockattn vs FA v2 vs copy ceiling", ""]
     lines += [
-        "| case | pass | GB moved | ceiling ms | blockattn ms | % ceil | FA2 ms | % ceil "
-        "| speedup vs FA2 | fused-rotary ms | best FA2+rotary ms | speedup |"
+        "| case | sparsity | pass | GB moved | ceiling ms | blockattn ms | % ceil | FA2 ms "
+        "| % ceil | speedup vs FA2 | fused-rotary ms | best FA2+rotary ms | speedup |"
     ]
-    lines += ["|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines += ["|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     ceil_tbps = ceil["tbps"] if ceil else None
     targets: list[str] = []
     for case in main_cases:
@@ -225,17 +299,57 @@ def summary_markdown(data: dict[str, Any]) -> str:
             best = min((x["ms"] for x in alts if x), default=None)
             nbytes = (a or f or r or {}).get("bytes")
             cms = nbytes / (ceil_tbps * 1e12) * 1e3 if nbytes and ceil_tbps else None
+            first = next(r for r in ms if r["case"] == case)
             lines.append(
-                f"| {case} | {pas} | {_n(nbytes and nbytes / 1e9, '.2f')} | {_n(cms)} | "
+                f"| {case} | {_sparsity(first)} | {pas} | {_n(nbytes and nbytes / 1e9, '.2f')} | "
+                f"{_n(cms)} | "
                 f"{_n(a and a['ms'])} | {_n(a and a['pct_ceiling'], '.1f')} | "
                 f"{_n(f and f['ms'])} | {_n(f and f['pct_ceiling'], '.1f')} | "
                 f"{_n(a and a['speedup_vs_fa2'], '.2f')} | {_n(r and r['ms'])} | {_n(best)} | "
                 f"{_n(r and best and best / r['ms'], '.2f')} |"
             )
         targets += _targets(ms, case)
-    lines += ["", "### Targets", "", "| case | target | value | goal | met |"]
-    lines += ["|---|---|---:|---:|---|", *targets]
+    lines += _projection_table(ms)
+    lines += ["", "### Targets", "", "| case | sparsity | target | value | goal | met |"]
+    lines += ["|---|---|---|---:|---:|---|", *targets]
     return "\n".join(lines)
+
+
+def _sparsity(row: dict[str, Any]) -> str:
+    """'0.7 empty (fill 0.30)': the convention the case's sparsity was read under."""
+    if row.get("sparsity") is None:
+        return "—"
+    conv = row.get("sparsity_convention") or "empty"  # rows from before the field: ours
+    fill = row.get("fill")
+    return f"{row['sparsity']:g} {conv}" + (f" (fill {fill:.2f})" if fill is not None else "")
+
+
+def _projection_table(ms: list[dict[str, Any]]) -> list[str]:
+    """Projection fwd+bwd: packed gradient vs the unfused one (blockattn.bench.projection)."""
+    cases = list(dict.fromkeys(r["case"] for r in ms if r["group"] == "projection"))
+    if not cases:
+        return []
+    lines = ["", "### Projection + fused rotary: packed vs unfused gradient (median ms)", ""]
+    lines += [
+        "| case | sparsity | pass | packed ms | unfused ms | unfused / packed | packed peak MiB "
+        "| unfused peak MiB | check (bitwise) |"
+    ]
+    lines += ["|---|---|---|---:|---:|---:|---:|---:|---|"]
+    for case in cases:
+        first = next(r for r in ms if r["case"] == case)
+        for pas in ("bwd", "fwdbwd"):
+            p = _lookup(ms, case, "projection_packed", pas)
+            u = _lookup(ms, case, "projection_unfused", pas)
+            if p and u:
+                check_same_gpu_kind(p.get("gpu_kind"), u.get("gpu_kind"), "projection rows")
+            chk = (p or u or first).get("check") or first["status"]
+            lines.append(
+                f"| {case} | {_sparsity(first)} | {pas} | {_n(p and p['ms'])} | "
+                f"{_n(u and u['ms'])} | {_n(p and u and u['ms'] / p['ms'], '.3f')} | "
+                f"{_n(p and p.get('peak_mem_mb'), '.0f')} | "
+                f"{_n(u and u.get('peak_mem_mb'), '.0f')} | {chk} |"
+            )
+    return lines
 
 
 def _targets(ms: list[dict[str, Any]], case: str) -> list[str]:
@@ -248,6 +362,8 @@ def _targets(ms: list[dict[str, Any]], case: str) -> list[str]:
         return r["ms"] if r else None
 
     fused, plain, fa2b = t("blockattn_rotary"), t("blockattn"), t("fa2")
+    first = next((r for r in ms if r["case"] == case), None)
+    sp = _sparsity(first) if first else "—"
     # The unfused pair (FA2 bwd + rotary bwd of dq, dk, dv) is what the fa2_rotary_* bwd rows
     # time; take the faster of the eager and compiled rotary (checked rows only).
     pairs = [_rot_bwd(ms, case, p) for p in FA2_ROTARY]
@@ -285,10 +401,10 @@ def _targets(ms: list[dict[str, Any]], case: str) -> list[str]:
             if val is None
             else ("yes" if (val >= lim if op == "ge" else val <= lim) else "NO")
         )
-        out.append(f"| {case} | {name} | {_n(val, '.3f')} | {goal} | {met} |")
+        out.append(f"| {case} | {sp} | {name} | {_n(val, '.3f')} | {goal} | {met} |")
     if fa2b is not None and unfused is not None:
         out.append(
-            f"| {case} | (info) FA2 bwd alone, ms / unfused pair, ms | {_n(fa2b)} / "
+            f"| {case} | {sp} | (info) FA2 bwd alone, ms / unfused pair, ms | {_n(fa2b)} / "
             f"{_n(unfused)} | | |"
         )
     return out

@@ -1,8 +1,13 @@
 """`run_benchmark(config)`: copy ceiling, then every (case, provider, pass) under a time budget.
 
 Order (most important first, so a budget cut or a timeout drops the least useful points):
-ceiling -> shape P D=128 (core providers) -> P D=64 -> max_len and sparsity sweeps ->
-extra providers at P D=128 (eager, SDPA/cuDNN, FlexAttention: slow to compile or to run).
+ceiling -> shape P D=128 (core providers) -> P D=64 -> the same two under tritonbench's "fill"
+sparsity convention -> projection fwd+bwd, packed vs unfused gradient (D=128, D=64) ->
+max_len and sparsity sweeps -> extra providers at P D=128 (eager, SDPA/cuDNN, FlexAttention:
+slow to compile or to run).
+
+Every case and result row names its `sparsity_convention` ("empty" = ours, "fill" =
+tritonbench's; see blockattn.bench.case) and the run's `gpu_kind`.
 Outputs are rewritten after every measurement (see `blockattn.bench.report`).
 """
 
@@ -22,8 +27,8 @@ from typing import Any
 
 import torch
 
-from blockattn.bench import measure, report
-from blockattn.bench.case import BenchCase, make_bench_case
+from blockattn.bench import measure, projection, report
+from blockattn.bench.case import SPARSITY_CONVENTIONS, BenchCase, make_bench_case
 from blockattn.bench.providers import PROVIDERS, Unsupported, flash_info, top_kernels
 
 PASSES = ("fwd", "bwd", "fwdbwd")
@@ -31,6 +36,9 @@ CORE = ("blockattn", "blockattn_rotary", "fa2", "fa2_rotary_eager", "fa2_rotary_
 SWEEP = ("blockattn", "blockattn_rotary", "fa2", "fa2_rotary_eager")
 # Extras and the remaining budget (s) each needs before it is started (compile time dominates).
 EXTRAS = {"eager": 15.0, "sdpa_cudnn": 15.0, "flex": 75.0}
+PROJECTION = tuple(projection.ENTRIES)
+# Named "blockattn_*" so that a failed bitwise check fails `blockattn bench` like our kernels' do.
+CHECK_NAME = "blockattn_projection"
 # Sweep cases target this many tokens (E[T]) so every point costs about the same.
 SWEEP_TOKENS = 1 << 18
 
@@ -45,6 +53,7 @@ class CaseSpec:
     H: int
     D: int
     providers: tuple[str, ...]
+    sparsity_convention: str = "empty"  # how `sparsity` is read (blockattn.bench.case)
 
 
 @dataclass
@@ -63,6 +72,10 @@ class BenchConfig:
     sweep_rep_ms: float = 50.0
     dtype: str = "bfloat16"
     providers: tuple[str, ...] | None = None  # restrict to these (None: all)
+    # Free text naming the machine kind (e.g. "nvidia-h100-x1"); None: measure.default_gpu_kind.
+    # Recorded in meta and every row; the report refuses to compare rows of different kinds.
+    gpu_kind: str | None = None
+    projection: bool = True  # the projection packed-vs-unfused entries (not filtered by providers)
     extra_meta: dict[str, Any] = field(default_factory=dict)
 
 
@@ -72,6 +85,8 @@ def plan(cfg: BenchConfig) -> list[CaseSpec]:
         return [
             # Interpreter speed is ~0.1 s per tile: a handful of tiles per case.
             CaseSpec("P_smoke", "main", 2, 100, 0.3, 1, 64, CORE),
+            CaseSpec("P_smoke_fill", "main", 2, 100, 0.3, 1, 64, CORE, "fill"),
+            CaseSpec("proj_P_smoke", "projection", 2, 100, 0.3, 1, 64, PROJECTION),
             CaseSpec("len_32", "sweep_len", 1, 32, 0.0, 1, 64, ("blockattn", "fa2")),
             CaseSpec("len_64", "sweep_len", 1, 64, 0.0, 1, 64, ("blockattn", "fa2")),
             CaseSpec("sparsity_0", "sweep_sparsity", 1, 64, 0.0, 1, 64, ("blockattn", "fa2")),
@@ -81,6 +96,11 @@ def plan(cfg: BenchConfig) -> list[CaseSpec]:
     specs = [
         CaseSpec("P_D128", "main", 1152, 4096, 0.7, 4, 128, CORE),
         CaseSpec("P_D64", "main", 1152, 4096, 0.7, 4, 64, CORE),
+        # Shape P as tritonbench would build it: 0.7 read as the FILLED fraction (T ~ 3.3 M).
+        CaseSpec("P_D128_fill", "main", 1152, 4096, 0.7, 4, 128, CORE, "fill"),
+        CaseSpec("P_D64_fill", "main", 1152, 4096, 0.7, 4, 64, CORE, "fill"),
+        CaseSpec("proj_P_D128", "projection", 1152, 4096, 0.7, 4, 128, PROJECTION),
+        CaseSpec("proj_P_D64", "projection", 1152, 4096, 0.7, 4, 64, PROJECTION),
     ]
     if cfg.sweeps:
         lens = (256, 1024, 4096) if cfg.quick else (256, 512, 1024, 2048, 4096)
@@ -93,9 +113,13 @@ def plan(cfg: BenchConfig) -> list[CaseSpec]:
             specs.append(CaseSpec(f"sparsity_{s:g}", "sweep_sparsity", B, 1024, s, 4, 128, SWEEP))
     if cfg.extras:
         specs.append(CaseSpec("P_D128", "extra", 1152, 4096, 0.7, 4, 128, tuple(EXTRAS)))
+    if not cfg.projection:
+        specs = [s for s in specs if s.group != "projection"]
     if cfg.providers is not None:
         for s in specs:
-            s.providers = tuple(p for p in s.providers if p in cfg.providers)
+            if s.group != "projection":  # its entries are not providers (see cfg.projection)
+                s.providers = tuple(p for p in s.providers if p in cfg.providers)
+    assert all(s.sparsity_convention in SPARSITY_CONVENTIONS for s in specs)
     return [s for s in specs if s.providers]
 
 
@@ -130,6 +154,7 @@ def _meta(cfg: BenchConfig) -> dict[str, Any]:
         }
     return {
         "gpu": dev,
+        "gpu_kind": cfg.gpu_kind,
         "gpu_props": props,
         "torch": torch.__version__,
         "torch_cuda": torch.version.cuda,
@@ -252,6 +277,62 @@ def _run_provider(
     state.provider_seconds.append({"case": spec.name, "provider": name, "s": time.monotonic() - t0})
 
 
+def _proj_row(case: BenchCase, spec: CaseSpec, name: str, pas: str, **kw: Any) -> dict[str, Any]:
+    row = {**case.describe(), "group": spec.group, "provider": name, "pass": pas}
+    return {**row, "rotary": True, **kw}
+
+
+def _run_projection(
+    cfg: BenchConfig, case: BenchCase, spec: CaseSpec, state: report.State, b: _Budget
+) -> None:
+    """Projection fwd+bwd, packed vs unfused gradient (blockattn.bench.projection)."""
+    t0 = time.monotonic()
+    try:
+        inputs = projection.make_inputs(case)
+        chk = projection.check_bitwise(case, inputs)
+    except Exception as exc:
+        note = f"projection check failed: {type(exc).__name__}: {exc}"
+        state.errors.append(
+            {"case": spec.name, "provider": CHECK_NAME, "trace": traceback.format_exc()}
+        )
+        chk = {"check": "error", "check_error": note}
+        state.checks.append({"case": spec.name, "group": spec.group, "provider": CHECK_NAME, **chk})
+        for name in spec.providers:
+            for pas in projection.PASSES:
+                state.add(_proj_row(case, spec, name, pas, status="error", note=note))
+        return
+    state.checks.append({"case": spec.name, "group": spec.group, "provider": CHECK_NAME, **chk})
+    status = "ok" if chk["check"] == "pass" else f"check_{chk['check']}"
+    for name in spec.providers:
+        prepared = None
+        for pas in projection.PASSES:
+            if b.left() <= 0:
+                msg = f"{spec.name}/{name}/{pas}: skipped, time budget exhausted"
+                state.skipped.append(msg)
+                state.add(_proj_row(case, spec, name, pas, status="skipped_budget", note=msg))
+                continue
+            try:
+                if prepared is None:
+                    prepared = projection.prepare(case, inputs, projection.ENTRIES[name])
+                fn = getattr(prepared, pas)
+                ms = measure.time_ms(fn, cfg.warmup_ms, cfg.rep_ms, cfg.smoke)
+                mem = measure.peak_memory_mb(fn)
+                notes = "; ".join(f"{k}: {v}" for k, v in prepared.notes.items())
+                row = _proj_row(case, spec, name, pas, status=status, ms=ms, peak_mem_mb=mem)
+                state.add({**row, "check": chk["check"], "note": notes})
+            except Exception as exc:
+                note = f"{pas} failed: {type(exc).__name__}: {exc}"
+                state.errors.append(
+                    {"case": spec.name, "provider": name, "trace": traceback.format_exc()}
+                )
+                state.add(_proj_row(case, spec, name, pas, status="error", note=note))
+        del prepared
+        _cleanup()
+    state.provider_seconds.append(
+        {"case": spec.name, "provider": CHECK_NAME, "s": time.monotonic() - t0}
+    )
+
+
 def _cleanup() -> None:
     if measure.cuda():
         torch.cuda.synchronize()
@@ -275,6 +356,7 @@ def run_benchmark(config: BenchConfig | dict[str, Any] | None = None) -> dict[st
                 "imported (use `blockattn bench --smoke`, which sets it)"
             )
     dtype = getattr(torch, cfg.dtype)
+    cfg.gpu_kind = (cfg.gpu_kind or "").strip() or measure.default_gpu_kind()
     state = report.State(Path(cfg.out), _meta(cfg))
     state.write()
 
@@ -283,9 +365,8 @@ def run_benchmark(config: BenchConfig | dict[str, Any] | None = None) -> dict[st
 
     old = signal.signal(signal.SIGTERM, on_term) if _main_thread() else None
     try:
-        state.ceiling = measure.copy_ceiling(
-            cfg.ceiling_bytes, cfg.warmup_ms, cfg.rep_ms, cfg.smoke
-        )
+        ceiling = measure.copy_ceiling(cfg.ceiling_bytes, cfg.warmup_ms, cfg.rep_ms, cfg.smoke)
+        state.ceiling = {**ceiling, "gpu_kind": cfg.gpu_kind}
         state.write()
         for spec in plan(cfg):
             if b.left() <= 0:
@@ -302,10 +383,17 @@ def run_benchmark(config: BenchConfig | dict[str, Any] | None = None) -> dict[st
                 dtype=dtype,
                 device=device,
                 seed=cfg.seed,
+                sparsity_convention=spec.sparsity_convention,
             )
             state.cases.append({**case.describe(), "group": spec.group})
             broken = None
-            for name in spec.providers:
+            if spec.group == "projection":
+                try:
+                    _run_projection(cfg, case, spec, state, b)
+                    _cleanup()
+                except Exception as exc:
+                    broken = f"CUDA context lost after {spec.name}: {type(exc).__name__}"
+            for name in spec.providers if spec.group != "projection" else ():
                 _run_provider(cfg, case, spec, name, state, b)
                 try:
                     _cleanup()

@@ -33,6 +33,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--ceiling-gb", type=float, default=2.0, help="copy-ceiling buffer size in GiB (default 2)"
     )
+    parser.add_argument(
+        "--gpu-kind",
+        default=None,
+        help="machine kind recorded in bench.json meta and every row, e.g. nvidia-h100-x1 "
+        "(default: a slug of torch.cuda.get_device_name(), or 'cpu'); the report refuses to "
+        "compare results of different kinds",
+    )
+    parser.add_argument(
+        "--no-projection",
+        action="store_true",
+        help="skip the projection packed-vs-unfused gradient entries (--providers does not "
+        "filter them)",
+    )
 
 
 def _needs_interpreter() -> bool:
@@ -53,6 +66,8 @@ def _reexec(args: argparse.Namespace) -> int:
     argv += ["--no-extras"] * args.no_extras
     if args.providers:
         argv += ["--providers", args.providers]
+    argv += ["--gpu-kind", args.gpu_kind] * bool(args.gpu_kind)
+    argv += ["--no-projection"] * args.no_projection
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     return subprocess.run(argv, env=env, check=False).returncode
 
@@ -80,6 +95,8 @@ def main(args: argparse.Namespace) -> int:
         extras=not args.no_extras,
         providers=providers,
         ceiling_bytes=int(args.ceiling_gb * 2**30),
+        gpu_kind=args.gpu_kind,
+        projection=not args.no_projection,
     )
     try:
         data = run_benchmark(cfg)

@@ -34,8 +34,9 @@ if not torch.cuda.is_available() and not _attn.INTERPRET:
 
 DEVICE = "cpu" if _attn.INTERPRET else "cuda"
 H, D, D_IN = 2, 64, 48
-# Full and partial blocks, an empty sequence, a sequence shorter than any block.
-LENGTHS = (70, 0, 30, 5)
+# Full and partial blocks, an empty sequence, a one-token sequence (its dS is exactly zero, so
+# dq and dk rows are signed zeros), a short last sequence.
+LENGTHS = (70, 0, 1, 30, 5)
 T = sum(LENGTHS)
 
 
