@@ -1,8 +1,10 @@
 """Public API: torch.library custom ops with fake impls and registered autograd.
 
 `block_attention` and `projection_rotary_attention` validate their inputs, then call the custom
-ops `blockattn::attention_fwd` / `blockattn::attention_bwd`, which launch the Triton kernels of
-`blockattn.kernels.attention`. The ops are opaque to torch.compile (no graph break).
+ops `blockattn::attention_fwd` / `blockattn::attention_bwd` (projection: the pair
+`blockattn::projection_attention_fwd` / `_bwd`, which take the packed projection and return its
+packed gradient), which launch the Triton kernels of `blockattn.kernels.attention`. The ops are
+opaque to torch.compile (no graph break).
 
 Host syncs: the only one is the value check of `offsets` (offsets[0] == 0, non-decreasing,
 offsets[-1] == T), which reads a CUDA tensor back. It is skipped when `max_seq_len` is given or
