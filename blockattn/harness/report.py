@@ -1108,7 +1108,7 @@ _CSS = (
     "table.prov th{text-align:left;white-space:nowrap}table.prov td{overflow-wrap:anywhere}"
     "div.banner{padding:0.7em 1em;border-radius:6px;margin:0.5em 0 1em;color:#fff}"
     "div.banner h1{margin:0;font-size:28px}div.banner p{margin:0.3em 0 0;font-size:15px}"
-    "div.banner ul{margin:0.3em 0 0;font-size:14px}"
+    "div.banner ul{margin:0.3em 0 0;font-size:14px}div.banner p.sub{font-size:13px;opacity:0.9}"
     "div.FAIL{background:#b2182b}div.PASS{background:#1a7f37}div.NOTJUDGED{background:#8a6d00}"
     "p.note{font-size:12px;color:#444}p.status{font-size:13px;color:#333}"
     "img{max-width:100%;height:auto}"
@@ -1149,9 +1149,20 @@ def render(
         "the cases below are those finished.</p>" if partial else ""
     )  # fmt: skip
     reasons = "".join(f"<li>{_esc(x)}</li>" for x in b["reasons"])
+    ut = (meta or {}).get("under_test") or ", ".join(
+        sorted({str(r["under_test"]) for r in records if r.get("under_test")})
+    )
+    tv = [v for k, v in prov if k.startswith("tolerances v")]
+    judged_by = (f"under test: {ut}" if ut else "") + (
+        f" · tolerances {', '.join(k.split()[1] for k, _ in prov if k.startswith('tolerances v'))}"
+        f" (sha256 {', '.join(x[:12] for x in tv)})"
+        if tv
+        else ""
+    )
     head = (
         f"<div class='banner {word.replace(' ', '')}' id='banner'><h1>{word}</h1>"
         f"<p>{_esc(_counts_line(b['counts']))}</p>"
+        + (f"<p class='sub'>{_esc(judged_by)}</p>" if judged_by else "")
         + (f"<ul>{reasons}</ul>" if reasons else "")
         + f"{part}</div>"
         f"<p class='status'>Provider run status (did it run; not the verdict): "
