@@ -123,7 +123,7 @@ def main(args: argparse.Namespace) -> int:
         + ("" if args.no_corpus else " + the corpus once")
         + ")",
         "",
-        "| seed | cases | passed | skipped (unsupported fuzz) | failed | reproduce with the gate |",
+        "| seed | cases | passed | skipped (unsupported) | failed | reproduce with the gate |",
         "|---|---|---|---|---|---|",
     ]
     md += [

@@ -26,17 +26,30 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=Path,
         help="gate an existing run report directory instead of running the corpus",
     )
-    p.add_argument("--out", type=Path, help="where to run the corpus (default reports/gate-*)")
-    p.add_argument("--under-test", default=None, help="provider judged (default from the file)")
-    p.add_argument("--providers", help="comma list of providers to run (default per device)")
-    p.add_argument("--max-cases", type=int, help="only the first N corpus cases")
-    p.add_argument(
-        "--fuzz", type=int, default=0, help="also gate N seeded fuzz cases (default 0: corpus only)"
+    from blockattn.commands._options import (
+        add_provider_option,
+        add_selection_options,
+        int_at_least,
     )
-    p.add_argument("--seed", type=int, default=0, help="fuzz sampler seed (with --fuzz)")
+
+    p.add_argument("--out", type=Path, help="where to run the corpus (default reports/gate-*)")
+    add_provider_option(p)
+    p.add_argument(
+        "--under-test", default=None,
+        help="provider judged (default: the first --provider, else the file's under_test)",
+    )  # fmt: skip
+    p.add_argument("--providers", help="comma list of providers to run (default per device)")
+    p.add_argument("--max-cases", type=int_at_least(1), help="only the first N corpus cases")
+    p.add_argument(
+        "--fuzz", type=int_at_least(0), default=0,
+        help="also gate N seeded fuzz cases (default 0: corpus only)",
+    )  # fmt: skip
+    p.add_argument("--fuzz-only", action="store_true", help="no corpus cases (needs --fuzz N)")
+    p.add_argument("--seed", type=int_at_least(0), default=0, help="fuzz sampler seed")
     p.add_argument(
         "--profile", choices=("ci", "gpu", "nightly"), help="fuzz space (default per device)"
     )
+    add_selection_options(p)
     p.add_argument("--no-progress", action="store_true")
 
 
@@ -57,11 +70,16 @@ def main(args: argparse.Namespace) -> int:
     problems = tolerances.check_manifest(args.tolerances.parent)
     if problems:
         raise ValueError("; ".join(problems))
-    ut = args.under_test or tol.under_test
+    from blockattn import providers
+
+    outside = providers.load_specs(args.provider)
+    ut = args.under_test or (outside[0] if outside else tol.under_test)
     baseline_cases = None
     if args.max_cases is not None and args.max_cases < 1:
         raise ValueError(f"--max-cases must be >= 1, got {args.max_cases}: a gate over no case "
                          "shows nothing")
+    if args.fuzz_only and not args.fuzz:
+        raise ValueError("--fuzz-only needs --fuzz N (N >= 1): a gate over no case shows nothing")
     if args.baseline is not None:
         try:
             baseline_cases = {r["case_id"]: r for r in session.load_report_cases(args.baseline)}
@@ -74,25 +92,24 @@ def main(args: argparse.Namespace) -> int:
         out = args.report
         if not records:
             raise ValueError(f"{args.report}: no results to gate")
+        _clear_stale_reproducers(Path(out))
     else:
         from blockattn.commands.run import resolve_plan
         from blockattn.harness.runner import run_cases
 
         device = session.setup_device()
-        ns = argparse.Namespace(
-            under_test=ut,
-            baseline=None,
-            providers=args.providers,
-            profile=args.profile,
-            corpus_only=args.fuzz == 0,
-            fuzz=args.fuzz,
-            seed=args.seed,
-            max_cases=args.max_cases,
-        )
-        if args.fuzz < 0:
-            raise ValueError(f"--fuzz must be >= 0, got {args.fuzz}")
-        ut, bl, provs, _profile, specs = resolve_plan(ns, device)
+        ns = argparse.Namespace(**{
+            **vars(args), "provider": None,  # loaded above
+            "under_test": ut, "baseline": None, "corpus_only": args.fuzz == 0, "shape_p": False,
+        })  # fmt: skip
+        ut, bl, provs, profile, specs = resolve_plan(ns, device)
+        if not specs:
+            raise ValueError("no case to gate: the filters/shard select none of the plan")
         out = args.out or session.default_out("gate")
+        from blockattn.commands.run import run_options
+
+        session.check_run_options(out, run_options(ns, ut, bl, provs, profile, tol), False)
+        _clear_stale_reproducers(Path(out))
         records = run_cases(
             specs,
             out,
@@ -103,22 +120,24 @@ def main(args: argparse.Namespace) -> int:
             progress=not args.no_progress,
         )
     verdicts = [verdict.evaluate(r, tol, ut) for r in records]
-    # Every failure gets a reproducer + replay command judged by *this* tolerance file.
-    from blockattn.harness.runner import write_reproducer
-
-    by_id = {r["case_id"]: r for r in records}
-    for v in verdicts:
-        if not v.passed:
-            rec = by_id[v.case_id]
-            try:
-                cmd = write_reproducer(Path(out), rec, v.failures, str(args.tolerances))
-            except OSError as exc:
-                cmd = f"(could not write reproducer: {exc})"
-            rec["verdict"] = {**rec.get("verdict", {}), "replay": cmd}
     from blockattn.harness.gate_rules import decide
+    from blockattn.harness.runner import write_reproducer
     from blockattn.harness.selftest import run_selftest
 
     decision = decide(records, verdicts, baseline_cases, tol, ut)
+    # Every failing case gets a reproducer + replay command judged by *this* tolerance file:
+    # numeric failures and regression-only ones alike (replay shows the metrics compared).
+    by_id = {r["case_id"]: r for r in records}
+    why: dict[str, list[str]] = {v.case_id: list(v.failures) for v in verdicts if not v.passed}
+    for cid, msg in decision.regressions:
+        why.setdefault(cid, []).append(f"regression vs {args.baseline}: {msg}")
+    for cid, failures in why.items():
+        rec = by_id[cid]
+        try:
+            cmd = write_reproducer(Path(out), rec, failures, str(args.tolerances))
+        except OSError as exc:
+            cmd = f"(could not write reproducer: {exc})"
+        rec["verdict"] = {**rec.get("verdict", {}), "replay": cmd}
     if args.baseline is not None and tol.schema < 2:
         decision.reasons.append("schema-1 file: regressions judged on ratio_to_floor only")
     selftest = run_selftest(tol, ut, _device_of(records))
@@ -157,6 +176,8 @@ def main(args: argparse.Namespace) -> int:
             ),
         ]
         lines += [f"- `{cid}`: {msg}" for cid, msg in regress[:30]]
+        for cid in dict.fromkeys(c for c, _ in regress[:30]):
+            lines.append(f"  - replay `{cid}`: `{by_id[cid]['verdict']['replay']}`")
     lines += [
         "",
         "<details><summary>Error table</summary>",
@@ -166,9 +187,32 @@ def main(args: argparse.Namespace) -> int:
         "</details>",
     ]
     md = "\n".join(lines) + "\n"
+    if args.report is None:  # the gate ran the cases: its directory gets a full report.json
+        from blockattn.harness.runner import device_info, git_commit
+
+        meta = {
+            **device_info(), "commit": git_commit(), "kind": "gate", "under_test": ut,
+            "providers": sorted({p for r in records for p in r["providers"]}),
+            "tolerances": str(args.tolerances), "tolerances_sha256": tol.sha256,
+            "baseline_report": str(args.baseline) if args.baseline else None,
+            "command": session.command_line(args),
+            "provider_specs": session.provider_specs(sorted({p for r in records
+                                                             for p in r["providers"]})),
+            "n_cases": len(records), "finished": session.timestamp(),
+            "decision": {"failed": failed, "reasons": decision.reasons},
+        }  # fmt: skip
+        session.write_report_json(Path(out), records, meta)
     try:
         Path(out, "gate.md").write_text(md)
     except OSError as exc:
         print(f"note: could not write {out}/gate.md: {exc}", file=sys.stderr)
     print(md)
     return 1 if failed else 0
+
+
+def _clear_stale_reproducers(out: Path) -> None:
+    """repro/ holds this gate's failures only: an earlier gate's files would pass for them."""
+    rdir = out / "repro"
+    if rdir.is_dir():
+        for f in rdir.glob("*.json"):
+            f.unlink()

@@ -127,7 +127,7 @@ def verdict_markdown(
     skipped = [v for v in verdicts if v.skipped and v.passed]
     lines = [
         f"Cases: {len(verdicts)} · passed {len(verdicts) - len(failed) - len(skipped)} · "
-        f"failed {len(failed)} · skipped (unsupported fuzz) {len(skipped)}"
+        f"failed {len(failed)} · skipped (declared unsupported) {len(skipped)}"
     ]
     if failed:
         lines += ["", "### Failures", ""]

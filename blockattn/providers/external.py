@@ -12,9 +12,12 @@ An optional projection callable has `projection_rotary_attention`'s signature:
 
 How the kernel is judged (the tolerance file's rules are keyed by provider name, and an outside
 kernel is not in them): by the accuracy model it declares (a name in the file's [models]); or,
-if it names a `reference` provider instead, by that provider's rule; with neither, by the
-loosest model every file defines, `eager-input-dtype` (every op rounded to the input dtype):
-never by "no rule". `blockattn.harness.tolerances.Tolerances.rule_for` applies this.
+if it names a `reference` provider instead, by that provider's rule; with neither, by
+`fa2-rounded-p-ds`, the precision of every FlashAttention-style kernel (FP32 scores, softmax and
+accumulators; P and dS rounded to the input dtype before their GEMMs): never by "no rule". A
+kernel that rounds the scores themselves (eager bf16 math) must declare `eager-input-dtype`:
+as a default that model is too loose to see a 1 % softmax-scale bug in bf16 (measured,
+tests/providers/test_outside_kernels.py). `Tolerances.rule_for` applies this.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import torch
 
 from blockattn.providers import Provider, Supports, Unsupported
 
-DEFAULT_MODEL = "eager-input-dtype"
+DEFAULT_MODEL = "fa2-rounded-p-ds"
 
 
 @dataclass(frozen=True)

@@ -65,7 +65,7 @@ def _valid_lines(out: Path) -> list[dict]:
 def _report_renders(out: Path, capsys) -> tuple[str, str]:
     """(stdout, stderr) of `blockattn report OUT`, which must succeed and write its files."""
     assert cli.main(["report", str(out)]) == 0
-    assert (out / "summary.md").exists() and (out / "report.html").exists()
+    assert (out / "report.md").exists() and (out / "report.html").exists()
     cap = capsys.readouterr()
     return cap.out, cap.err
 
