@@ -1,13 +1,25 @@
 """Claims file (claims/claims.toml): schema, validation and the decision rule of a verdict.
 
-Each [[claim]] names what is measured and what the claim says about it:
+Each [[claim]] names the kernel it is about, what is measured and what the claim says:
     id, statement, source             identity and where the claim was made
+    kernel                            required: the provider the claim is about, and the only
+                                      one whose measurement decides it: a built-in ("blockattn",
+                                      "tlx", "fa2", ...), an entry point, or an outside kernel
+                                      given to `blockattn audit --provider NAME=MODULE:CALLABLE`;
+                                      "oracle" for oracle_time claims. If that kernel cannot run
+                                      here the claim is "not runnable here", never measured on
+                                      another kernel (blockattn's standing is reported apart)
     made_for = "NVIDIA B200"          optional: hardware the claim was made for; on another GPU it
                                       is measured here and labelled "measured on <GPU>"
     kind = speed | accuracy | oracle_time
-    provider, reference               speed: blockattn.bench providers (reference = the fastest
+    reference                         speed: blockattn.bench providers (reference = the fastest
                                       of the list, the baseline-favourable choice); accuracy:
-                                      blockattn.harness providers (reference = one baseline)
+                                      blockattn.providers names (reference = one baseline)
+    distribution = "normal"           accuracy: the input distribution the claim is about
+                                      (default normal); the audit also reports the others
+    rtol, atol                        accuracy, optional: the claim's own allclose tolerances for
+                                      the FP32-reference measure (default: torch.testing's for
+                                      the dtype)
     metric                            speed: speedup | pct_of_copy_ceiling;
                                       accuracy: err_ratio_vs_reference | ratio_to_rounding_floor;
                                       oracle_time: seconds
@@ -17,6 +29,8 @@ Each [[claim]] names what is measured and what the claim says about it:
     comparison = ">=" | "<=", threshold   the claim's own statement
     statistic = worst | median        which per-seed value decides (defaults by kind, below)
     definition                        precise prose of what is compared
+A claim never names `provider` (schema 1 did, meaning both the kernel and what ran it): the
+timed callable is derived from `kernel` and `variant` (blockattn rotary -> blockattn_rotary).
 """
 
 from __future__ import annotations
@@ -26,6 +40,8 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from blockattn.harness.names import DISTRIBUTIONS
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_CLAIMS = REPO_ROOT / "claims" / "claims.toml"
@@ -44,10 +60,13 @@ PASSES = ("fwd", "bwd", "fwdbwd")
 VARIANTS = ("plain", "rotary")
 DTYPES = ("bfloat16", "float16")
 TENSORS = ("O", "dQ", "dK", "dV")
+SCHEMA_VERSION = 2
+ORACLE = "oracle"  # the `kernel` of oracle_time claims: the FP64 oracle itself
 REQUIRED = (
     "id",
     "statement",
     "source",
+    "kernel",
     "kind",
     "metric",
     "shape",
@@ -76,13 +95,16 @@ class Claim:
     comparison: str
     threshold: float
     definition: str
-    provider: str = "blockattn"
+    kernel: str = "blockattn"
     reference: tuple[str, ...] = ()
     made_for: str | None = None
     pass_: str | None = None
     tensors: tuple[str, ...] = ()
     variant: str = "plain"
     statistic: str = ""
+    distribution: str = "normal"
+    rtol: float | None = None
+    atol: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def decide(self, values: list[float]) -> tuple[float, bool]:
@@ -107,16 +129,29 @@ def load(path: str | Path) -> tuple[dict[str, dict[str, Any]], list[Claim]]:
         data = tomllib.loads(p.read_text())
     except tomllib.TOMLDecodeError as exc:
         raise ClaimsError(f"--claims: {p} is not valid TOML: {exc}") from exc
-    if data.get("schema_version") != 1:
-        raise ClaimsError(f"--claims: {p}: schema_version must be 1")
+    if data.get("schema_version") != SCHEMA_VERSION:
+        raise ClaimsError(
+            f"--claims: {p}: schema_version must be {SCHEMA_VERSION} (version 1 had no `kernel`: "
+            "each claim now names the kernel it is about, see blockattn/audit/claims.py)"
+        )
     shapes = data.get("shapes", {})
     for name, s in shapes.items():
         missing = {"B", "max_len", "sparsity", "H"} - set(s)
         if missing:
             raise ClaimsError(f"claims file: shape {name!r} lacks {sorted(missing)}")
+        for k in ("B", "max_len", "H"):
+            if not isinstance(s[k], int) or isinstance(s[k], bool) or s[k] < 1:
+                raise ClaimsError(f"claims file: shape {name!r}: {k} must be an int >= 1")
     claims, seen = [], set()
     for i, c in enumerate(data.get("claim", [])):
         cid = c.get("id", "?")
+        if "provider" in c:
+            raise _err(
+                i,
+                cid,
+                "`provider` is not a claim field: name the kernel the claim is "
+                "about as `kernel` (the timed callable follows from kernel and variant)",
+            )
         missing = [k for k in REQUIRED if k not in c]
         if missing:
             raise _err(i, cid, f"missing {missing}")
@@ -124,6 +159,24 @@ def load(path: str | Path) -> tuple[dict[str, dict[str, Any]], list[Claim]]:
             raise _err(i, cid, "duplicate id")
         seen.add(cid)
         kind, metric = c["kind"], c["metric"]
+        kern = c["kernel"]
+        if (
+            not isinstance(kern, str)
+            or not kern
+            or not all(ch.isalnum() or ch in "_-." for ch in kern)
+        ):
+            raise _err(i, cid, f"kernel must be a provider name [A-Za-z0-9_.-], got {kern!r}")
+        if (kind == "oracle_time") != (kern == ORACLE):
+            raise _err(i, cid, f"kernel = {ORACLE!r} exactly for oracle_time claims, got {kern!r}")
+        dist = c.get("distribution", "normal")
+        if dist not in DISTRIBUTIONS:
+            raise _err(i, cid, f"distribution must be one of {DISTRIBUTIONS}, got {dist!r}")
+        tols = {k: c[k] for k in ("rtol", "atol") if k in c}
+        for k, v in tols.items():
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0:
+                raise _err(i, cid, f"{k} must be a number >= 0, got {v!r}")
+        if len(tols) == 1:
+            raise _err(i, cid, "give both rtol and atol, or neither")
         if kind not in KINDS or metric not in KINDS[kind]:
             raise _err(i, cid, f"kind/metric must be one of {KINDS}, got {kind}/{metric}")
         if c["shape"] not in shapes:
@@ -146,7 +199,9 @@ def load(path: str | Path) -> tuple[dict[str, dict[str, Any]], list[Claim]]:
             raise _err(i, cid, "statistic must be worst or median")
         known = {
             *REQUIRED,
-            "provider",
+            "distribution",
+            "rtol",
+            "atol",
             "reference",
             "made_for",
             "pass",
@@ -167,13 +222,16 @@ def load(path: str | Path) -> tuple[dict[str, dict[str, Any]], list[Claim]]:
                 comparison=c["comparison"],
                 threshold=float(c["threshold"]),
                 definition=c["definition"],
-                provider=c.get("provider", "blockattn"),
+                kernel=kern,
                 reference=ref,
                 made_for=c.get("made_for"),
                 pass_=c.get("pass"),
                 tensors=tensors,
                 variant=c.get("variant", "plain"),
                 statistic=stat,
+                distribution=dist,
+                rtol=tols.get("rtol"),
+                atol=tols.get("atol"),
                 extra={k: v for k, v in c.items() if k not in known},
             )
         )
