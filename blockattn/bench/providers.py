@@ -512,3 +512,76 @@ PROVIDERS: dict[str, Provider] = {
         Provider("eager", False, _eager, "eager PyTorch padded-block attention"),
     )
 }
+
+
+# ----------------------------------------------------------------------------- outside kernels
+
+
+def from_provider(prov: Any, rotary: bool) -> Provider:
+    """Bench entry of a `blockattn.providers.Provider` with a kernel callable (an outside kernel,
+    `--provider`): the same object the correctness suite judges is timed, no second definition.
+
+    fwd: the callable without autograd; bwd: `autograd.grad` replayed on a retained graph (the
+    kernel's own backward, plus autograd's bookkeeping, as for eager/flex); fwdbwd: both.
+    """
+    fn = prov.kernel
+    if fn is None:
+        raise ValueError(f"provider {prov.name!r} has no kernel callable to time")
+
+    def prepare(case: BenchCase) -> Prepared:
+        why = prov.supports.refusal(_spec_of(case, rotary), case.q.device.type, _arch())
+        if why is not None:
+            raise Unsupported(f"{prov.name}: {why}")
+        sinu = case.sinu.to(case.dtype) if rotary else None
+
+        def call(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+            return fn(q, k, v, case.offsets, block_size=BLOCK, scale=case.scale, sinu_pos=sinu,
+                      rotate_v=True)  # fmt: skip
+
+        leaves = _leaves(case)
+        o_graph = call(*leaves)
+
+        def fwd() -> Tensor:
+            with torch.no_grad():
+                return call(case.q, case.k, case.v)
+
+        def fwdbwd() -> Any:
+            return torch.autograd.grad(call(*leaves), leaves, case.do)
+
+        return Prepared(
+            fwd=fwd,
+            bwd=_grad_fn(o_graph, leaves, case.do, retain=True),
+            fwdbwd=fwdbwd,
+            rotary=rotary,
+            notes={"origin": prov.origin, "bwd": "autograd.grad on a retained graph"},
+        )
+
+    name = f"{prov.name}_rotary" if rotary else prov.name
+    return Provider(name, rotary, prepare, f"outside kernel {prov.origin}")
+
+
+def add_outside(prov: Any) -> tuple[str, ...]:
+    """Register the plain and fused-rotary bench entries of an outside provider; their names."""
+    entries = [from_provider(prov, False)]
+    if prov.supports.rotary:
+        entries.append(from_provider(prov, True))
+    for e in entries:
+        if e.name in PROVIDERS and not PROVIDERS[e.name].description.startswith("outside"):
+            raise ValueError(f"--provider {prov.name!r}: bench entry {e.name!r} is a built-in")
+        PROVIDERS[e.name] = e
+    return tuple(e.name for e in entries)
+
+
+def _spec_of(case: BenchCase, rotary: bool) -> Any:
+    from blockattn.harness.spec import CaseSpec
+
+    dtype = str(case.dtype).removeprefix("torch.")
+    return CaseSpec(variant="rotary" if rotary else "plain", lengths=(1,), H=case.H, D=case.D,
+                    dtype=dtype)  # fmt: skip
+
+
+def _arch() -> str:
+    if not torch.cuda.is_available():
+        return "cpu"
+    major, minor = torch.cuda.get_device_capability()
+    return f"sm_{major}{minor}"

@@ -76,13 +76,14 @@ class BenchConfig:
     # Recorded in meta and every row; the report refuses to compare rows of different kinds.
     gpu_kind: str | None = None
     projection: bool = True  # the projection packed-vs-unfused entries (not filtered by providers)
+    outside: tuple[str, ...] = ()  # bench entries of --provider kernels, timed at the main shapes
     extra_meta: dict[str, Any] = field(default_factory=dict)
 
 
 def plan(cfg: BenchConfig) -> list[CaseSpec]:
     """The ordered list of cases (see module docstring)."""
-    if cfg.smoke:
-        return [
+    if cfg.smoke:  # then the same filters as a real run (--providers, --provider ...)
+        specs = [
             # Interpreter speed is ~0.1 s per tile: a handful of tiles per case.
             CaseSpec("P_smoke", "main", 2, 100, 0.3, 1, 64, CORE),
             CaseSpec("P_smoke_fill", "main", 2, 100, 0.3, 1, 64, CORE, "fill"),
@@ -93,28 +94,34 @@ def plan(cfg: BenchConfig) -> list[CaseSpec]:
             CaseSpec("sparsity_0.5", "sweep_sparsity", 1, 64, 0.5, 1, 64, ("blockattn", "fa2")),
             CaseSpec("P_smoke", "extra", 2, 100, 0.3, 1, 64, tuple(EXTRAS)),
         ]
-    specs = [
-        CaseSpec("P_D128", "main", 1152, 4096, 0.7, 4, 128, CORE),
-        CaseSpec("P_D64", "main", 1152, 4096, 0.7, 4, 64, CORE),
-        # Shape P as tritonbench would build it: 0.7 read as the FILLED fraction (T ~ 3.3 M).
-        CaseSpec("P_D128_fill", "main", 1152, 4096, 0.7, 4, 128, CORE, "fill"),
-        CaseSpec("P_D64_fill", "main", 1152, 4096, 0.7, 4, 64, CORE, "fill"),
-        CaseSpec("proj_P_D128", "projection", 1152, 4096, 0.7, 4, 128, PROJECTION),
-        CaseSpec("proj_P_D64", "projection", 1152, 4096, 0.7, 4, 64, PROJECTION),
-    ]
-    if cfg.sweeps:
-        lens = (256, 1024, 4096) if cfg.quick else (256, 512, 1024, 2048, 4096)
-        for L in lens:
-            B = max(1, round(SWEEP_TOKENS / (0.3 * L)))
-            specs.append(CaseSpec(f"len_{L}", "sweep_len", B, L, 0.7, 4, 128, SWEEP))
-        sps = (0.0, 0.7, 0.95) if cfg.quick else (0.0, 0.3, 0.5, 0.7, 0.9, 0.95)
-        for s in sps:
-            B = max(1, round(SWEEP_TOKENS / ((1 - s) * 1024)))
-            specs.append(CaseSpec(f"sparsity_{s:g}", "sweep_sparsity", B, 1024, s, 4, 128, SWEEP))
-    if cfg.extras:
-        specs.append(CaseSpec("P_D128", "extra", 1152, 4096, 0.7, 4, 128, tuple(EXTRAS)))
+    else:
+        specs = [
+            CaseSpec("P_D128", "main", 1152, 4096, 0.7, 4, 128, CORE),
+            CaseSpec("P_D64", "main", 1152, 4096, 0.7, 4, 64, CORE),
+            # Shape P as tritonbench would build it: 0.7 read as the FILLED fraction (T ~ 3.3 M).
+            CaseSpec("P_D128_fill", "main", 1152, 4096, 0.7, 4, 128, CORE, "fill"),
+            CaseSpec("P_D64_fill", "main", 1152, 4096, 0.7, 4, 64, CORE, "fill"),
+            CaseSpec("proj_P_D128", "projection", 1152, 4096, 0.7, 4, 128, PROJECTION),
+            CaseSpec("proj_P_D64", "projection", 1152, 4096, 0.7, 4, 64, PROJECTION),
+        ]
+        if cfg.sweeps:
+            lens = (256, 1024, 4096) if cfg.quick else (256, 512, 1024, 2048, 4096)
+            for L in lens:
+                B = max(1, round(SWEEP_TOKENS / (0.3 * L)))
+                specs.append(CaseSpec(f"len_{L}", "sweep_len", B, L, 0.7, 4, 128, SWEEP))
+            sps = (0.0, 0.7, 0.95) if cfg.quick else (0.0, 0.3, 0.5, 0.7, 0.9, 0.95)
+            for s in sps:
+                B = max(1, round(SWEEP_TOKENS / ((1 - s) * 1024)))
+                specs.append(
+                    CaseSpec(f"sparsity_{s:g}", "sweep_sparsity", B, 1024, s, 4, 128, SWEEP)
+                )
+        if cfg.extras:
+            specs.append(CaseSpec("P_D128", "extra", 1152, 4096, 0.7, 4, 128, tuple(EXTRAS)))
     if not cfg.projection:
         specs = [s for s in specs if s.group != "projection"]
+    for s in specs:  # outside kernels: timed at the main shapes (smoke: its "main" too)
+        if s.group == "main":
+            s.providers = (*s.providers, *(o for o in cfg.outside if o not in s.providers))
     if cfg.providers is not None:
         for s in specs:
             if s.group != "projection":  # its entries are not providers (see cfg.projection)

@@ -40,12 +40,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(default: a slug of torch.cuda.get_device_name(), or 'cpu'); the report refuses to "
         "compare results of different kinds",
     )
+    _add_provider_option(parser)
     parser.add_argument(
         "--no-projection",
         action="store_true",
         help="skip the projection packed-vs-unfused gradient entries (--providers does not "
         "filter them)",
     )
+
+
+def _add_provider_option(parser: argparse.ArgumentParser) -> None:
+    from blockattn.commands._options import add_provider_option
+
+    add_provider_option(parser)  # timed at the main shapes beside blockattn and FA v2
 
 
 def _needs_interpreter() -> bool:
@@ -68,6 +75,8 @@ def _reexec(args: argparse.Namespace) -> int:
         argv += ["--providers", args.providers]
     argv += ["--gpu-kind", args.gpu_kind] * bool(args.gpu_kind)
     argv += ["--no-projection"] * args.no_projection
+    for spec in args.provider or []:
+        argv += ["--provider", spec]
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     return subprocess.run(argv, env=env, check=False).returncode
 
@@ -75,13 +84,17 @@ def _reexec(args: argparse.Namespace) -> int:
 def main(args: argparse.Namespace) -> int:
     if args.smoke and _needs_interpreter():
         return _reexec(args)
+    from blockattn import providers as registry
     from blockattn.bench import BenchConfig, run_benchmark
-    from blockattn.bench.providers import PROVIDERS
+    from blockattn.bench.providers import PROVIDERS, add_outside
     from blockattn.bench.report import summary_markdown
 
+    outside: tuple[str, ...] = ()
+    for name in registry.load_specs(args.provider):
+        outside += add_outside(registry.get(name))
     providers = None
     if args.providers:
-        providers = tuple(p.strip() for p in args.providers.split(",") if p.strip())
+        providers = tuple(p.strip() for p in args.providers.split(",") if p.strip()) + outside
         unknown = set(providers) - set(PROVIDERS)
         if unknown:
             raise ValueError(f"unknown providers {sorted(unknown)}; known: {sorted(PROVIDERS)}")
@@ -97,6 +110,7 @@ def main(args: argparse.Namespace) -> int:
         ceiling_bytes=int(args.ceiling_gb * 2**30),
         gpu_kind=args.gpu_kind,
         projection=not args.no_projection,
+        outside=outside,
     )
     try:
         data = run_benchmark(cfg)
@@ -107,5 +121,6 @@ def main(args: argparse.Namespace) -> int:
     plots = ", ".join(plots) if isinstance(plots, list) else plots
     print(f"wrote {args.out}/: bench.json, bench.csv; plots: {plots or 'none'}")
     print(summary_markdown(data))  # last thing printed
-    ours = [c for c in data["checks"] if c["provider"].startswith("blockattn")]
+    ours = [c for c in data["checks"]
+            if c["provider"].startswith("blockattn") or c["provider"] in outside]  # fmt: skip
     return 1 if any(c.get("check") != "pass" for c in ours) else 0

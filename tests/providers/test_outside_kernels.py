@@ -213,3 +213,30 @@ def test_supports_refusal_reasons() -> None:
 
 def test_scratch_module_text_is_valid() -> None:
     compile(textwrap.dedent(SCRATCH), "scratchkern.py", "exec")
+
+
+def test_one_definition_serves_the_bench_too(scratch: Path) -> None:
+    import torch
+
+    from blockattn.bench.case import make_bench_case
+    from blockattn.bench.providers import PROVIDERS, add_outside
+    from blockattn.bench.runner import BenchConfig, plan
+
+    prov = providers.load_spec("scratchkern:clean")
+    names = add_outside(prov)
+    try:
+        assert names == ("clean", "clean_rotary")
+        case = make_bench_case("t", B=2, max_len=70, sparsity=0.2, H=1, D=64,
+                               dtype=torch.bfloat16, device=torch.device("cpu"), seed=3)  # fmt: skip
+        for name in names:
+            prep = PROVIDERS[name].prepare(case)
+            outs = {"O": prep.fwd()}
+            outs.update(zip(("dQ", "dK", "dV"), prep.bwd(), strict=True))
+            chk = case.check(outs, PROVIDERS[name].rotary, 2)  # the bench's own oracle check
+            assert chk["check"] == "pass", (name, chk)
+        specs = plan(BenchConfig(out="x", smoke=True, outside=names))
+        mains = [s for s in specs if s.group == "main"]
+        assert mains and all(set(names) <= set(s.providers) for s in mains)
+    finally:
+        for n in names:
+            PROVIDERS.pop(n, None)
