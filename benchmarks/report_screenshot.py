@@ -81,7 +81,8 @@ def build_failing_report(out: Path, command: str | None = None) -> dict[str, Any
     sys.path.insert(0, str(REPO / "tests" / "harness"))
     from harness_helpers import TOL_DIR, dump_toml, nomask_bug
 
-    from blockattn.harness import providers, session, tolerances
+    from blockattn import providers
+    from blockattn.harness import session, tolerances
     from blockattn.harness.report import render
     from blockattn.harness.runner import device_info, git_commit, run_cases
     from blockattn.harness.spec import CaseSpec

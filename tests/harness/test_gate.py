@@ -108,7 +108,7 @@ def test_dk_bug_fails_only_on_dk(run_dir: Path, tmp_path: Path) -> None:
         assert not v.passed
         assert all(" dK:" in f or " dW:" in f for f in v.failures), v.failures
     if missed:
-        # Measured on an H200 (2026-11-22): blockattn/tolerances/v2 bounds projection dW at 5.5x the floor
+        # Measured on an H200 (2026-11-22): tolerances v2 bounds projection dW at 5.5x the floor
         # and 33 dB SNR (p99.9 x 3 over few projection cases), while blockattn's dW sits at
         # ~1.2x / 48 dB; a 2^-6 relative dW error (~4x, ~36 dB) passes. Needs a recalibrated
         # CUDA file with more projection cases; until then this is a known, visible gap.

@@ -1,4 +1,4 @@
-"""Case selection and CLI hygiene: filters, shards + merge, validated options, --resume, gate dirs."""
+"""Case selection and CLI hygiene: filters, shards + merge, validated options, resume, gate dirs."""
 
 from __future__ import annotations
 

@@ -64,7 +64,7 @@ def test_missing_file_is_exit_2(tmp_path: Path) -> None:
 
 
 def test_released_tolerance_files_are_unchanged() -> None:
-    """Released files are immutable: edit -> this fails. Add blockattn/tolerances/vN+1.toml instead."""
+    """Released files are immutable: edit -> this fails. Add tolerances/vN+1.toml instead."""
     manifest = tolerances.read_manifest(TOL_DIR)
     assert manifest, "blockattn/tolerances/MANIFEST lists no released file"
     assert tolerances.check_manifest(TOL_DIR) == []

@@ -57,7 +57,7 @@ def test_gate_rejects_negative_fuzz(capsys) -> None:
     strict=True,
     reason="known on CPU with tolerances v1: 2 of 92 cases fail (seeds 100 and 116, near-constant "
     "bf16 dQ at 2.8x and 4.2x the floor against a 2.8 bound; FP32 cancellation in dP - Di, "
-    "FP32 eager gives the same numbers). blockattn/tolerances/v3.toml (proposed, not released) fixes it; "
+    "FP32 eager gives the same numbers). tolerances/v3.toml (proposed, not released) fixes it; "
     "on the H200 with v2 the same run gives 0 of 57. strict: passes once v1 is superseded.",
 )
 def test_gate_never_fails_on_unmodified_code_over_20_seeds(tmp_path: Path) -> None:

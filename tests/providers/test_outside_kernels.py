@@ -227,7 +227,7 @@ def test_one_definition_serves_the_bench_too(scratch: Path) -> None:
     try:
         assert names == ("clean", "clean_rotary")
         case = make_bench_case("t", B=2, max_len=70, sparsity=0.2, H=1, D=64,
-                               dtype=torch.bfloat16, device=torch.device("cpu"), seed=3)  # fmt: skip
+                               dtype=torch.bfloat16, device=torch.device("cpu"), seed=3)
         for name in names:
             prep = PROVIDERS[name].prepare(case)
             outs = {"O": prep.fwd()}
