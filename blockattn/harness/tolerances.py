@@ -117,6 +117,18 @@ class Tolerances:
             merged.update(base.get("arch", {}).get(arch, {}))
         return merged
 
+    def overrides(
+        self, provider: str, dtype: str, tensor: str, arch: str | None, distribution: str | None
+    ) -> list[str]:
+        """Which overrides `rule` applied, in order (named in the verdict's messages)."""
+        base = self.rules.get(provider, {}).get(dtype, {}).get(tensor) or {}
+        out = []
+        if distribution is not None and distribution in base.get("dist", {}):
+            out.append(f"dist.{distribution}")
+        if arch is not None and arch in base.get("arch", {}):
+            out.append(f"arch.{arch}")
+        return out
+
     def providers(self) -> list[str]:
         return sorted(self.rules)
 

@@ -244,6 +244,8 @@ def evaluate(record: dict[str, Any], tol: Tolerances, under_test: str | None = N
                     )
                 continue
             bm = base_res["tensors"].get(tensor) if (base_ok and name != baseline) else None
+            over = tol.overrides(name, spec["dtype"], tensor, arch, spec.get("distribution"))
+            n_fail = len(v.failures)
             _check_tensor(
                 v,
                 name,
@@ -256,6 +258,11 @@ def evaluate(record: dict[str, Any], tol: Tolerances, under_test: str | None = N
                 spec["variant"],
                 hard,
             )
+            # Name the rule that judged: rules.<provider>.<dtype>.<tensor> [+ overrides].
+            where = f"rules.{name}.{spec['dtype']}.{tensor}" + "".join(f" + {o}" for o in over)
+            v.failures[n_fail:] = [f"{f} [{where}]" for f in v.failures[n_fail:]]
+            if v.checks and v.checks[-1]["tensor"] == tensor:
+                v.checks[-1]["rule"] = where
     if ut not in provs:
         v.fail(f"provider under test {ut!r} did not run")
     return v

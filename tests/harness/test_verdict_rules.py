@@ -31,3 +31,27 @@ def test_relative_rules_still_fire_above_the_absolute_floor() -> None:
     v = _check(_metrics(2 * atol, 0.0, 100.0), RULE)
     assert not v.passed
     assert any("SNR" in f for f in v.failures) and any("N-ulp band" in f for f in v.failures)
+
+
+def test_schema1_failures_name_the_rule_and_override_that_judged() -> None:
+    from harness_helpers import minimal_doc
+
+    from blockattn.harness.tolerances import Tolerances
+
+    doc = minimal_doc()
+    doc["rules"]["blockattn"]["bfloat16"]["dQ"]["dist"] = {"near_constant": {
+        "max_ratio_to_floor": 1.5}}  # fmt: skip
+    tol = Tolerances(None, doc, "0" * 64, doc["rules"])
+    atol = metrics.ATOL_FLOOR["bfloat16"]
+    rec = {"case_id": "c", "arch": "cpu", "baseline": "eager", "oracle_error": None,
+           "spec": {"dtype": "bfloat16", "variant": "plain", "distribution": "near_constant",
+                    "source": "corpus"},
+           "providers": {"blockattn": {"status": "ok", "tensors": {
+               "dQ": {**_metrics(2 * atol, 60.0, 0.0), "floor_eff": atol}}}}}  # fmt: skip
+    v = verdict.evaluate(rec, tol, "blockattn")  # 2x the floor: > 1.5 (override), < 4 (base)
+    assert not v.passed
+    assert v.failures[0].endswith("[rules.blockattn.bfloat16.dQ + dist.near_constant]")
+    rec["spec"]["distribution"] = "normal"
+    assert verdict.evaluate(rec, tol, "blockattn").passed
+    assert verdict.evaluate(rec, tol, "blockattn").checks[0]["rule"] == (
+        "rules.blockattn.bfloat16.dQ")
