@@ -52,3 +52,33 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def device() -> str:
     """'cuda' or 'cpu' (the interpreter tier)."""
     return DEVICE
+
+
+# ---- multi-GPU CI evidence (ci/multi_gpu.sh): which GPU each xdist worker ran its tests on ----
+_RAN: list[str] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when == "call" and not report.skipped:
+        _RAN.append(report.nodeid)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """With BLOCKATTN_WORKER_LOG=DIR, each process writes DIR/<worker>.json: its GPU pin, the
+    GPU's uuid, the tests it ran and the CUDA memory it used (proof the GPU did the work)."""
+    log_dir = os.environ.get("BLOCKATTN_WORKER_LOG")
+    if not log_dir:
+        return
+    import json
+
+    import torch
+
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    info = {"worker": worker, "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+            "tests_run": len(_RAN), "device": DEVICE}  # fmt: skip
+    if DEVICE == "cuda" and torch.cuda.is_initialized():
+        props = torch.cuda.get_device_properties(0)
+        info.update(gpu=props.name, gpu_uuid=str(props.uuid),
+                    max_memory_allocated_mib=torch.cuda.max_memory_allocated() / 2**20)  # fmt: skip
+    Path(log_dir).mkdir(parents=True, exist_ok=True)
+    (Path(log_dir) / f"{worker}.json").write_text(json.dumps(info, indent=1) + "\n")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -27,7 +28,12 @@ from blockattn.providers import OUTPUT_KEYS, Unsupported
 def device_info() -> dict[str, str]:
     if torch.cuda.is_available():
         major, minor = torch.cuda.get_device_capability()
-        return {"device": "cuda", "arch": f"sm_{major}{minor}", "gpu": torch.cuda.get_device_name()}
+        # Which physical GPU (uuid) and pin: multi-GPU CI shows that every GPU did work.
+        return {
+            "device": "cuda", "arch": f"sm_{major}{minor}", "gpu": torch.cuda.get_device_name(),
+            "gpu_uuid": str(torch.cuda.get_device_properties(0).uuid),
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>"),
+        }  # fmt: skip
     return {"device": "cpu", "arch": "cpu", "gpu": "none (cpu interpreter)"}
 
 

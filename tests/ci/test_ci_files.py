@@ -46,7 +46,7 @@ def _blockattn_calls(script: str) -> list[list[str]]:
 
 
 def test_both_workflows_exist_and_parse() -> None:
-    assert {p.name for p in WORKFLOWS} == {"cpu.yml", "gpu.yml"}
+    assert {p.name for p in WORKFLOWS} == {"cpu.yml", "gpu.yml", "gpu-multi.yml"}
     for p in WORKFLOWS:
         doc = yaml.safe_load(p.read_text())
         assert doc["jobs"] and all(job["steps"] for job in doc["jobs"].values())
@@ -117,3 +117,48 @@ def test_stored_baselines_carry_elementwise_metrics(path: Path) -> None:
             assert m["ulp"] is not None and m["bound"]["violations"] == 0
     prov = (path.parent / "PROVENANCE.md").read_text()
     assert hashlib.sha256(path.read_bytes()).hexdigest() in prov
+
+
+def test_multi_gpu_script_is_valid_and_its_commands_parse() -> None:
+    import subprocess
+
+    script = REPO / "ci" / "multi_gpu.sh"
+    subprocess.run(["bash", "-n", str(script)], check=True)  # syntax
+    text = script.read_text()
+    calls = _blockattn_calls(text)
+    assert [c[0] for c in calls] == ["gate", "merge", "gate"]
+    parser = cli.build_parser()
+    for argv in calls:
+        args = [re.sub(r"\$\{?[\w\[\]@\"]+\}?|\$\(\(.*?\)\)", "1", a) for a in argv]
+        parser.parse_args(args)  # shell variables stand for any value ('1/1' for a shard)
+    assert "BLOCKATTN_WORKER_LOG" in text and "--shard" in text
+    doc = yaml.safe_load((REPO / "ci" / "workflows" / "gpu-multi.yml").read_text())
+    assert any("bash ci/multi_gpu.sh" in s for s in _scripts(doc))
+
+
+def _fake_multi_out(tmp: Path, idle_second: bool) -> Path:
+    (tmp / "workers").mkdir(parents=True)
+    (tmp / "gpus.csv").write_text("0, GPU-aaaa1111, NVIDIA H200\n1, GPU-bbbb2222, NVIDIA H200\n")
+    for w, u, n in (("gw0", "aaaa1111", 300), ("gw1", "bbbb2222", 0 if idle_second else 290)):
+        (tmp / "workers" / f"{w}.json").write_text(json.dumps(
+            {"worker": w, "gpu_uuid": u, "tests_run": n, "device": "cuda"}))  # fmt: skip
+    for i, u in ((1, "aaaa1111"), (2, "bbbb2222")):
+        (tmp / f"shard-{i}").mkdir()
+        (tmp / f"shard-{i}" / "report.json").write_text(json.dumps(
+            {"meta": {"gpu_uuid": u, "n_cases": 9}}))  # fmt: skip
+    util = "0" if idle_second else "87 %"
+    (tmp / "gpu_samples.csv").write_text(f"t, 0, 95 %, 10 MiB\nt, 1, {util}, 10 MiB\n")
+    return tmp
+
+
+@pytest.mark.parametrize("idle_second", [False, True])
+def test_gpu_work_summary_fails_when_a_gpu_idled(tmp_path: Path, idle_second: bool) -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gws", REPO / "ci" / "gpu_work_summary.py")
+    gws = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gws)
+    text, ok = gws.summarise(_fake_multi_out(tmp_path, idle_second))
+    assert ok is (not idle_second)
+    assert ("NOT every GPU" in text) is idle_second
+    assert "| 1 (bbbb2222) | NVIDIA H200 | gw1 |" in text
