@@ -112,7 +112,9 @@ def setup_environment() -> str:
         return _DEVICE
     from blockattn.harness import env  # torch-free module; blockattn/__init__ is lazy
 
+    late = False
     if "TRITON_INTERPRET" not in os.environ and not env._visible_gpu_ids():
+        late = "triton" in sys.modules  # imported in compiled mode: setting it now is too late
         os.environ["TRITON_INTERPRET"] = "1"
     device = env.configure()
     if device == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
@@ -121,11 +123,11 @@ def setup_environment() -> str:
             f"{os.environ.get('TRITON_INTERPRET')!r}: the kernels can only run under the Triton "
             "interpreter here; unset it or set TRITON_INTERPRET=1"
         )
-    if device == "cpu" and _triton_frozen_compiled():
+    if device == "cpu" and (late or _triton_frozen_compiled()):
         raise pytest.UsageError(
             "blockattn: no CUDA device and triton (or the blockattn kernels) was imported before "
-            "the blockattn plugin could set TRITON_INTERPRET=1 (another plugin imported torch/"
-            "triton?): run with TRITON_INTERPRET=1 in the environment"
+            "the blockattn plugin could set TRITON_INTERPRET=1 (by another plugin?): run with "
+            "TRITON_INTERPRET=1 in the environment"
         )
     _DEVICE = device
     return device

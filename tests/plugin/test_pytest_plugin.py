@@ -83,6 +83,7 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (d / "pytest.ini").write_text("[pytest]\n")
     (d / "scratchmod.py").write_text(textwrap.dedent(KERNELS))
     (d / "test_user.py").write_text(textwrap.dedent(USER_TESTS))
+    (d / "early_triton.py").write_text("import triton  # a plugin that imports triton first\n")
     return d
 
 
@@ -152,3 +153,13 @@ def test_buggy_kernel_fails_with_a_replay_that_reproduces(repo: Path) -> None:
                         capture_output=True, text=True, timeout=300)  # fmt: skip
     assert rr.returncode == 1, _out(rr)
     assert "FAIL" in rr.stdout and "buggy O:" in rr.stdout, _out(rr)
+
+
+def test_triton_imported_before_the_plugin_is_a_clear_usage_error(repo: Path, device: str) -> None:
+    # Without a GPU, a triton imported in compiled mode cannot run the kernels: say so at once
+    # instead of failing every case with "Cannot call @triton.jit'd outside of ... a kernel".
+    if device == "cuda":
+        pytest.skip("the interpreter is only selected without a GPU")
+    r = _pytest(repo, "-q", "-p", "early_triton", "--blockattn-provider", "scratchmod:clean")
+    assert r.returncode == 4, _out(r)
+    assert "imported before the blockattn plugin could set TRITON_INTERPRET=1" in r.stderr, _out(r)
