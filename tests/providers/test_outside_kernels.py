@@ -25,45 +25,27 @@ from blockattn.harness.verdict import evaluate
 
 pytest.importorskip("oracles")
 
-SCRATCH = '''
-"""Scratch kernels for blockattn's plug-in tests."""
-import blockattn
-from blockattn.providers import Supports, kernel
-
-SUP = Supports(dtypes=("bfloat16", "float16"), head_dims=(64, 128))
-
-
-def _call(q, k, v, offsets, block_size, scale, sinu_pos, rotate_v):
-    return blockattn.block_attention(q, k, v, offsets, block_size=block_size, scale=scale,
-                                     sinu_pos=sinu_pos, rotate_v=rotate_v)
-
-
-@kernel(supports=SUP, accuracy_model="fp32-split-operands")
-def clean(q, k, v, offsets, *, block_size, scale, sinu_pos, rotate_v):
-    return _call(q, k, v, offsets, block_size, scale, sinu_pos, rotate_v)
-
-
-@kernel(supports=SUP, accuracy_model="fp32-split-operands")
-def buggy(q, k, v, offsets, *, block_size, scale, sinu_pos, rotate_v):
-    return _call(q, k, v, offsets, block_size, scale * 1.01, sinu_pos, rotate_v)  # planted bug
+REPO = Path(__file__).resolve().parents[2]
+# The shipped example (clean + buggy) plus kernels that exercise every way of being judged.
+SCRATCH = (REPO / "examples" / "outside_kernel.py").read_text() + '''
 
 
 def undeclared(q, k, v, offsets, *, block_size, scale, sinu_pos, rotate_v):
-    return _call(q, k, v, offsets, block_size, scale, sinu_pos, rotate_v)
+    return _attention(q, k, v, offsets, block_size, scale, sinu_pos, rotate_v)
 
 
 @kernel(accuracy_model="no-such-model")
 def unknown_model(q, k, v, offsets, *, block_size, scale, sinu_pos, rotate_v):
-    return _call(q, k, v, offsets, block_size, scale, sinu_pos, rotate_v)
+    return _attention(q, k, v, offsets, block_size, scale, sinu_pos, rotate_v)
 
 
-@kernel(reference="blockattn", supports=SUP)
+@kernel(reference="blockattn", supports=SUPPORTS)
 def by_reference(q, k, v, offsets, *, block_size, scale, sinu_pos, rotate_v):
-    return _call(q, k, v, offsets, block_size, scale, sinu_pos, rotate_v)
+    return _attention(q, k, v, offsets, block_size, scale, sinu_pos, rotate_v)
 
 
 def not_differentiable(q, k, v, offsets, *, block_size, scale, sinu_pos, rotate_v):
-    return _call(q, k, v, offsets, block_size, scale, sinu_pos, rotate_v).detach()
+    return _attention(q, k, v, offsets, block_size, scale, sinu_pos, rotate_v).detach()
 '''
 # Two small corpus cases: a partial block in bf16 and fused rotary in fp16.
 CASES = ["--case", "edge-lengths-plain-bf16", "--case", "edge-lengths-rotary-fp16"]
@@ -157,8 +139,8 @@ def test_a_buggy_kernel_fails_under_every_judging_route(scratch: Path) -> None:
     # rounds S to bf16, would not (measured): that is why it is not the default.
     src = (scratch / "scratchkern.py").read_text()
     (scratch / "scratchkern.py").write_text(src + "\n\ndef buggy_undeclared(q, k, v, offsets, *, "
-        "block_size, scale, sinu_pos, rotate_v):\n    return _call(q, k, v, offsets, block_size, "
-        "scale * 1.01, sinu_pos, rotate_v)\n")  # fmt: skip
+        "block_size, scale, sinu_pos, rotate_v):\n    return _attention(q, k, v, offsets, "
+        "block_size, scale * 1.01, sinu_pos, rotate_v)\n")  # fmt: skip
     prov = providers.load_spec("scratchkern:buggy_undeclared")
     spec = CaseSpec(seed=6, lengths=(70, 5), H=1, D=64, source="corpus")
     rec = evaluate_case(spec, [prov.name], prov.name, prov.name, tol=TOL)
