@@ -57,11 +57,13 @@ def main(args: argparse.Namespace) -> int:
     ut0, bl0, provs0 = default_providers(device)
     ut = payload.get("under_test", ut0)
     bl = bl0 if payload.get("device") != device else payload.get("baseline", bl0)
+    # The providers of the failing run (same device), else the device defaults.
+    recorded = payload.get("providers") if payload.get("device") == device else None
     provs = [s for s in (args.providers or "").split(",") if s] or list(
-        dict.fromkeys([ut, bl, *provs0])
+        dict.fromkeys([ut, bl, *(recorded or provs0)])
     )
     tol_path = args.tolerances or payload.get("tolerances")
-    tol = tolerances.load(tol_path) if tol_path else None
+    tol = tolerances.load(tolerances.resolve_path(tol_path)) if tol_path else None
     rec = evaluate_case(spec, provs, ut, bl, tol=tol)
     print(f"case {rec['case_id']}: {spec.short()}  (T={rec['T']}, device {rec['device']})")
     if rec["oracle_error"]:
