@@ -32,6 +32,9 @@ HELP = (
 # seed takes seconds (smaller shapes, e.g. a test's, run as given). The verdict is then labelled
 # "at reduced shape".
 CPU_SHAPE = {"B": 4, "max_len": 256}
+# The distribution sweep of accuracy claims on CUDA runs at B scaled by this (the verdict keeps
+# the claim's shape): at shape P one case costs ~30 s of host-side input generation.
+SWEEP_SCALE_CUDA = 0.125
 STANDING = "blockattn"  # whose standing on the same statement is reported beside other kernels'
 
 
@@ -64,6 +67,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="accuracy claims: input distributions of the sensitivity sweep (default all six: "
         f"{','.join(DISTRIBUTIONS)}); the claim's own distribution is always measured and "
         "alone decides the verdict",
+    )
+    p.add_argument(
+        "--sweep-shape-scale",
+        type=float,
+        help="accuracy claims: the distribution sweep runs at the measured shape with B scaled "
+        f"by this (default {SWEEP_SCALE_CUDA} on CUDA, 1 on CPU); the verdict is not affected",
     )
     p.add_argument("--quick", action="store_true", help="3 seeds (unless --seeds), shorter reps")
     p.add_argument("--out", type=Path, help="report dir (audit.json, audit.md)")
@@ -109,6 +118,8 @@ def _command(c, args: argparse.Namespace, seeds: int) -> str:
             cmd += f" --max-len {args.max_len}"
     if c.kind == "accuracy" and args.distributions:
         cmd += f" --distributions {','.join(args.distributions)}"
+    if c.kind == "accuracy" and args.sweep_shape_scale is not None:
+        cmd += f" --sweep-shape-scale {args.sweep_shape_scale:g}"
     for spec in args.provider or []:
         cmd += f" --provider {spec}"
     if args.claims:
@@ -116,8 +127,8 @@ def _command(c, args: argparse.Namespace, seeds: int) -> str:
     return cmd
 
 
-def _entry() -> dict[str, Any]:
-    return {"values": [], "fp32": [], "why": None, "error": None, "T": None}
+def _entry(key: tuple) -> dict[str, Any]:
+    return {"key": key, "values": [], "fp32": [], "why": None, "error": None, "T": None}
 
 
 def _summary(c, e: dict[str, Any], n_seeds: int) -> dict[str, Any]:
@@ -145,6 +156,8 @@ def main(args: argparse.Namespace) -> int:
         raise ValueError(f"--shape-scale must be in (0, 1], got {args.shape_scale}")
     if args.max_len is not None and args.max_len < 1:
         raise ValueError(f"--max-len must be >= 1, got {args.max_len}")
+    if args.sweep_shape_scale is not None and not 0 < args.sweep_shape_scale <= 1:
+        raise ValueError(f"--sweep-shape-scale must be in (0, 1], got {args.sweep_shape_scale}")
     registry.load_specs(args.provider)
     shapes, claims = claims_mod.load(args.claims or claims_mod.DEFAULT_CLAIMS)
     if args.claim:
@@ -181,14 +194,22 @@ def main(args: argparse.Namespace) -> int:
             s["max_len"] = args.max_len
         return s, s != shapes[c.shape]
 
-    def dists(c) -> list[str]:
-        return list(dict.fromkeys([c.distribution, *(sweep if c.kind == "accuracy" else ())]))
+    sweep_scale = args.sweep_shape_scale
+    if sweep_scale is None:
+        sweep_scale = SWEEP_SCALE_CUDA if cuda else 1.0
+
+    def sweep_shape(c) -> dict[str, Any]:
+        """Shape of the distribution sweep: the measured shape with B scaled (input generation
+        on the host dominates at shape P: ~30 s a case)."""
+        s = acc_shape(c)[0]
+        return {**s, "B": max(1, round(s["B"] * sweep_scale))}
 
     # ---- plan. Subjects of a claim: "claim" (its own kernel: decides) and, for a claim about
     # another kernel, "standing" (blockattn on the same statement, reported apart). Entries:
-    # results[id][subject][distribution]. Inputs, oracle and provider runs of one configuration
+    # results[id][subject] = {"main": entry (decides), "sweep": {distribution: entry}}; each
+    # entry knows its configuration key. Inputs, oracle and provider runs of one configuration
     # and seed are shared by every claim and subject that needs them.
-    results: dict[str, dict[str, dict[str, dict[str, Any]]]] = {}
+    results: dict[str, dict[str, dict[str, Any]]] = {}
     subjects: dict[str, dict[str, str]] = {}
     acc_needs: dict[tuple, set[str]] = {}
     acc_tols: dict[tuple, set] = {}
@@ -200,8 +221,15 @@ def main(args: argparse.Namespace) -> int:
         subjects[c.id] = subj
         results[c.id] = {}
         for role, kern in subj.items():
-            ds = dists(c) if role == "claim" else [c.distribution]
-            results[c.id][role] = {d: _entry() for d in ds}
+            if c.kind == "speed":
+                main = _entry(measure.speed_key(c, shapes[c.shape]))
+            else:
+                main = _entry(measure.config_key(c, acc_shape(c)[0]))
+            sw = {}
+            if role == "claim" and c.kind == "accuracy":
+                sw = {d: _entry(measure.config_key(c, sweep_shape(c), d)) for d in sweep}
+            results[c.id][role] = {"main": main, "sweep": sw}
+            entries = [main, *sw.values()]
             why = []
             if c.kind != "accuracy" and not cuda:
                 why.append("needs CUDA (interpreter timings mean nothing)" if c.kind == "speed"
@@ -211,16 +239,14 @@ def main(args: argparse.Namespace) -> int:
                 if refused:
                     why.append(refused)
             if why:
-                for e in results[c.id][role].values():
+                for e in entries:
                     e["why"] = "; ".join(why)
                 continue
             if c.kind == "speed":
-                key = measure.speed_key(c, shapes[c.shape])
-                if key not in speed_keys:
-                    speed_keys.append(key)
+                if main["key"] not in speed_keys:
+                    speed_keys.append(main["key"])
                 continue
-            for d in ds:
-                key = measure.config_key(c, acc_shape(c)[0], d)
+            for key in (e["key"] for e in entries):
                 want = {kern, *c.reference} if c.kind == "accuracy" else set()
                 acc_needs.setdefault(key, set()).update(want)
                 if c.kind == "accuracy":
@@ -257,8 +283,9 @@ def main(args: argparse.Namespace) -> int:
                 if c.kind == "speed":
                     continue
                 for role, kern in subjects[c.id].items():
-                    for d, e in results[c.id][role].items():
-                        if measure.config_key(c, acc_shape(c)[0], d) != key:
+                    r = results[c.id][role]
+                    for e in (r["main"], *r["sweep"].values()):
+                        if e["key"] != key:
                             continue
                         e["T"] = m.get("T")
 
@@ -281,7 +308,7 @@ def main(args: argparse.Namespace) -> int:
                 if c.kind != "speed" or measure.speed_key(c, shapes[c.shape]) != key:
                     continue
                 for role, kern in subjects[c.id].items():
-                    for e in results[c.id][role].values():
+                    for e in (results[c.id][role]["main"],):
 
                         def value(c=c, kern=kern, e=e, s=s, err=err):
                             if s is None:
@@ -308,7 +335,7 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _row(c, res, subj, shapes, acc_shape, seeds, ver, args) -> dict[str, Any]:
-    e = res["claim"][c.distribution]
+    e = res["claim"]["main"]
     vals = e["values"]
     shape = dict(shapes[c.shape]) if c.kind == "speed" else acc_shape(c)[0]
     reduced = c.kind != "speed" and acc_shape(c)[1]
@@ -350,12 +377,15 @@ def _row(c, res, subj, shapes, acc_shape, seeds, ver, args) -> dict[str, Any]:
         row["reason"] = "; ".join(notes) or None
         if c.kind == "accuracy":
             row["fp32_reference"] = _fp32_summary(c, e["fp32"])
-            row["distributions"] = {
-                d: _summary(c, de, len(seeds)) for d, de in res["claim"].items()
-            }
+            sw = res["claim"]["sweep"]
+            row["distributions"] = {d: _summary(c, de, len(seeds)) for d, de in sw.items()}
+            if sw:
+                k = next(iter(sw.values()))["key"]
+                row["sweep_shape"] = {"B": k[3], "max_len": k[4], "sparsity": k[5], "H": k[6],
+                                      "T": next(iter(sw.values()))["T"]}  # fmt: skip
             row["sensitivity"] = _sensitivity(c, row)
     if "standing" in subj:
-        st = _summary(c, res["standing"][c.distribution], len(seeds))
+        st = _summary(c, res["standing"]["main"], len(seeds))
         row["standing"] = {"kernel": subj["standing"], **st}
     return row
 
@@ -422,7 +452,9 @@ def _sensitivity_line(r: dict[str, Any]) -> str:
         else:
             ds.append(f"{d} {x['status']}")
     flips = s["distributions_flipping"]
-    dist = "distributions: " + ", ".join(ds)
+    sh = r.get("sweep_shape") or {}
+    at = f" at B={sh.get('B')} max_len={sh.get('max_len')}" if sh else ""
+    dist = f"distributions{at}: " + ", ".join(ds)
     if flips:
         dist += f" (verdict flips on {', '.join(flips)})"
     return f"sensitivity: {measure}; {seeds}; {dist}"

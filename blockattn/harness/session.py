@@ -38,6 +38,7 @@ def setup_device() -> str:
 
 
 RUN_OPTIONS = "run.json"
+RESUMABLE = {"max_cases"}
 
 
 def check_run_options(out: Path, options: dict[str, Any], resume: bool) -> None:
@@ -48,7 +49,9 @@ def check_run_options(out: Path, options: dict[str, Any], resume: bool) -> None:
             raise ValueError(f"--resume: {p} is missing (a run by an older blockattn?): its "
                              "options cannot be checked; start a fresh --out")  # fmt: skip
         old = json.loads(p.read_text())
-        diff = sorted(k for k in {*old, *options} if old.get(k) != options.get(k))
+        # max_cases only cuts the same ordered plan shorter or longer: resuming with another
+        # is continuing the same run. Every other option changes which cases or how judged.
+        diff = sorted(k for k in {*old, *options} - RESUMABLE if old.get(k) != options.get(k))
         if diff:
             raise ValueError(
                 f"--resume: {out} was run with other options; differing: "

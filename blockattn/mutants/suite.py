@@ -89,7 +89,7 @@ SUITE: tuple[Mutant, ...] = (
         "suite-model-of-baseline",
         "suite",
         TOL,
-        'name = self.rules[provider]["model"]',
+        'name = rule["model"]',
         'name = self.rules[self.baseline]["model"]',
         "every provider is judged by the baseline's (looser) accuracy model",
     ),

@@ -274,7 +274,10 @@ def test_fp32_reference_measure_beside_the_fp64_one(tmp_path: Path, device: str,
 def test_claims_own_tolerances_are_used(tmp_path: Path, device: str) -> None:
     _cpu_only(device)
     p = _write(tmp_path, _claim("floor", "blockattn", rtol=0.0, atol=0.0))
-    _, rows = _audit(tmp_path, p)
+    _, rows = _audit(tmp_path, p, "--sweep-shape-scale", "0.5")
+    # the distribution sweep runs at its own (labelled) shape; the verdict keeps the claim's
+    assert rows["floor"]["sweep_shape"]["B"] == 1 and rows["floor"]["shape_measured"]["B"] == 2
+    assert "--sweep-shape-scale 0.5" in rows["floor"]["command"]
     f = rows["floor"]["fp32_reference"]
     assert f["tolerances"] == "claim's" and (f["rtol"], f["atol"]) == (0.0, 0.0)
     # zero tolerance against an FP32 reference: a bf16 output cannot pass

@@ -212,14 +212,16 @@ def test_errored_baseline_and_missing_rule_fail(run) -> None:
     assert not verdict.evaluate(rec, tol).passed
     rec = copy.deepcopy(load_records(out)[0])
     rec["providers"]["unjudged"] = rec["providers"].pop("blockattn")
+    rec["providers"]["unjudged"].pop("accuracy_model")  # declares no model and no reference
     v = verdict.evaluate(rec, tol, "unjudged")
     assert not v.passed and "no rule for provider" in " ".join(v.failures)
 
 
 def test_zero_cases_fail(run, tmp_path: Path, capsys) -> None:
     out, tol = run
-    assert cli.main(["gate", "--tolerances", str(tol), "--max-cases", "0"]) == 2
-    assert "--max-cases" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:  # argparse: exit 2 naming the option
+        cli.main(["gate", "--tolerances", str(tol), "--max-cases", "0"])
+    assert e.value.code == 2 and "--max-cases" in capsys.readouterr().err
 
     def unsupported(r):  # every case skipped: nothing judged
         r["spec"]["source"] = "fuzz"

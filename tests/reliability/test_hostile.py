@@ -330,12 +330,12 @@ def _files(d: Path) -> dict[str, str]:
 # (argv template, message fragment naming the argument). {name} -> a prepared bad file/dir.
 CLI_BAD: list[tuple[list[str], str]] = [
     (["run", "--max-cases", "-1"], "--max-cases"),
-    (["run", "--providers", "nosuch", "--max-cases", "0"], "nosuch"),
-    (["run", "--under-test", "nosuch", "--max-cases", "0"], "nosuch"),
-    (["run", "--out", "{afile}", "--max-cases", "0", "--no-selfcheck"], "afile"),
-    (["run", "--tolerances", "{malformed.toml}", "--max-cases", "0"], "malformed.toml"),
-    (["run", "--tolerances", "{v9.toml}", "--max-cases", "0"], "v9.toml"),
-    (["run", "--tolerances", "{empty}/nope.toml", "--max-cases", "0"], "nope.toml"),
+    (["run", "--providers", "nosuch", "--max-cases", "1"], "nosuch"),
+    (["run", "--under-test", "nosuch", "--max-cases", "1"], "nosuch"),
+    (["run", "--out", "{afile}", "--max-cases", "1", "--no-selfcheck"], "afile"),
+    (["run", "--tolerances", "{malformed.toml}", "--max-cases", "1"], "malformed.toml"),
+    (["run", "--tolerances", "{v9.toml}", "--max-cases", "1"], "v9.toml"),
+    (["run", "--tolerances", "{empty}/nope.toml", "--max-cases", "1"], "nope.toml"),
     (["run", "--profile", "bogus"], "--profile"),
     (["run", "--seed", "x"], "--seed"),
     (["gate", "--tolerances", "{malformed.toml}"], "malformed.toml"),
