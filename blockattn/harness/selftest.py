@@ -149,9 +149,21 @@ def run_selftest(tol, under_test: str, device: str = "cpu") -> list[str]:
                                                                "reason": "selftest"}}},
             "NaN output": fake({
                 k: {**m, "nonfinite_bad": 1} for k, m in good.items()}),
+            # The provider protocol: a refusal not declared in Supports, on a corpus case; a
+            # kernel the file has no rule for that declares an undefined model, or nothing.
+            "an undeclared refusal of a corpus case": {
+                **rec_good, "spec": {**rec_good["spec"], "source": "corpus"},
+                "providers": {under_test: {"status": "unsupported", "reason": "selftest"}}},
+            "an outside kernel with an undefined model": {**rec_good, "providers": {
+                "selftest-outside": {**rec_good["providers"][under_test],
+                                     "accuracy_model": "selftest-undefined-model"}}},
+            "an outside kernel with no rule, model or reference": {**rec_good, "providers": {
+                "selftest-outside": {k: v for k, v in rec_good["providers"][under_test].items()
+                                     if k not in ("accuracy_model", "reference")}}},
         }  # fmt: skip
         for what, rec in broken.items():
-            if verdict.evaluate(rec, tol, under_test).passed:
+            judged = "selftest-outside" if "selftest-outside" in rec["providers"] else under_test
+            if verdict.evaluate(rec, tol, judged).passed:
                 problems.append(f"selftest {spec.name}: verdict passes a record with {what}")
         regs = verdict.regressions(rec_over, rec_good, tol, under_test)
         if not regs:

@@ -94,6 +94,22 @@ SUITE: tuple[Mutant, ...] = (
         "every provider is judged by the baseline's (looser) accuracy model",
     ),
     Mutant(
+        "suite-undeclared-refusal-skipped",
+        "suite",
+        VERDICT,
+        'if hard and spec.get("source") == "corpus" and not res.get("declared"):',
+        'if hard and spec.get("source") == "corpus" and res.get("declared"):',
+        "a kernel refusing a corpus case it declared it supports is skipped, not failed",
+    ),
+    Mutant(
+        "suite-outside-kernel-no-rule-passes",
+        "suite",
+        VERDICT,
+        '        if rule is None:\n            bad(f": {source}")\n            continue',
+        '        if rule is None:\n            continue',
+        "a provider no rule applies to (no file rule, no declared model, no reference) passes",
+    ),
+    Mutant(
         "suite-zero-cases-pass",
         "suite",
         GATE,
