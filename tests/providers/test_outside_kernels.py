@@ -88,7 +88,7 @@ def test_clean_outside_kernel_passes_buggy_fails_with_a_replay_that_reproduces(
     repro = json.loads(Path(replay.split()[2]).read_text())
     assert repro["provider_specs"] == {"bug": "bug=scratchkern:buggy"}
     # The printed command, as a user pastes it, from another directory: same kernel, same FAIL.
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env = {**os.environ, "PYTHONPATH": str(REPO)}  # blockattn importable, the kernel module not
     p = subprocess.run([sys.executable, "-m", "blockattn", *replay.split()[1:]], cwd="/",
                        capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
     assert p.returncode == 1, p.stdout + p.stderr
@@ -197,7 +197,7 @@ def test_scratch_module_text_is_valid() -> None:
     compile(textwrap.dedent(SCRATCH), "scratchkern.py", "exec")
 
 
-def test_one_definition_serves_the_bench_too(scratch: Path) -> None:
+def test_one_definition_serves_the_bench_too(scratch: Path, device: str) -> None:
     import torch
 
     from blockattn.bench.case import make_bench_case
@@ -209,7 +209,7 @@ def test_one_definition_serves_the_bench_too(scratch: Path) -> None:
     try:
         assert names == ("clean", "clean_rotary")
         case = make_bench_case("t", B=2, max_len=70, sparsity=0.2, H=1, D=64,
-                               dtype=torch.bfloat16, device=torch.device("cpu"), seed=3)
+                               dtype=torch.bfloat16, device=torch.device(device), seed=3)
         for name in names:
             prep = PROVIDERS[name].prepare(case)
             outs = {"O": prep.fwd()}
