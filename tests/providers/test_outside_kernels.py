@@ -222,3 +222,25 @@ def test_one_definition_serves_the_bench_too(scratch: Path, device: str) -> None
     finally:
         for n in names:
             PROVIDERS.pop(n, None)
+
+
+def test_a_declared_projection_callable_is_judged_on_projection_cases(scratch: Path) -> None:
+    src = (scratch / "scratchkern.py").read_text()
+    (scratch / "scratchkern.py").write_text(src + '''
+
+def _proj(x, w, sinu_pos, offsets, *, qheads, kvheads, bias, block_size, scale, rotate_v):
+    return blockattn.projection_rotary_attention(x, w, sinu_pos, offsets, qheads=qheads,
+        kvheads=kvheads, bias=bias, block_size=block_size, scale=scale, rotate_v=rotate_v)
+
+
+@kernel(supports=SUPPORTS, accuracy_model="fp32-split-operands", projection=_proj)
+def with_projection(q, k, v, offsets, *, block_size, scale, sinu_pos, rotate_v):
+    return _attention(q, k, v, offsets, block_size, scale, sinu_pos, rotate_v)
+''')
+    prov = providers.load_spec("scratchkern:with_projection")
+    assert prov.supports.projection and prov.projection is not None
+    spec = CaseSpec(seed=8, variant="projection", lengths=(70, 3), H=2, D=64, source="corpus")
+    rec = evaluate_case(spec, [prov.name], prov.name, prov.name, tol=TOL)
+    res = rec["providers"][prov.name]
+    assert res["status"] == "ok" and set(res["tensors"]) == {"O", "dX", "dW", "dbias"}, res
+    assert evaluate(rec, TOL, prov.name).passed
