@@ -10,19 +10,8 @@ phase=$1
 out=${2:-$OUT}
 r=/tmp/issue12
 mkdir -p "$r" "$out"
-export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
-step() {  # step NAME CMD...: run, time, log; never stop the session on a failing step
-  local name=$1; shift
-  local t0=$SECONDS
-  echo "== $name: $*" | tee -a "$r/steps.log"
-  "$@" > "$r/$name.log" 2>&1
-  local rc=$?
-  echo "== $name: exit $rc in $((SECONDS - t0)) s" | tee -a "$r/steps.log"
-  tail -4 "$r/$name.log"
-}
-{ nvidia-smi -L; python3 -c 'import torch, triton; print(torch.__version__, triton.__version__)'; \
-  date -u; git rev-parse --short HEAD 2>/dev/null; } > "$r/env.log" 2>&1
-cat "$r/env.log"
+export PYTHONPATH=$PWD
+source "$(dirname "$0")/gpu_steps.sh"  # step NAME CMD..., env.log
 if [ "$phase" = 1 ]; then
   step pytest python3 -m pytest -n 8 -m "not slow" -q -p no:cacheprovider
   step bless python3 -m blockattn run --providers blockattn,fa2,eager --corpus-only \

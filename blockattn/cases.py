@@ -16,14 +16,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-DISTRIBUTIONS: tuple[str, ...] = (
-    "normal",
-    "scaled_logits",
-    "heavy_tailed",
-    "tiny",
-    "near_constant",
-    "negative_rows",
-)
+from blockattn.harness.names import DISTRIBUTIONS
 
 # "scaled_logits": q and k are multiplied by this, so scores have std ~SCALED_LOGITS**2 = 64
 # (with the default 1/sqrt(D) scale) and the softmax is saturated (one key takes ~all mass).
