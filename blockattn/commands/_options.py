@@ -15,7 +15,8 @@ from blockattn.harness.plan import Selection
 
 PROVIDER_HELP = (
     "an outside kernel: [NAME=]MODULE:CALLABLE, a callable with block_attention's signature "
-    "(repeatable; the first is the one under test unless --under-test says otherwise); "
+    "(repeatable; on run/gate the first is the one under test unless --under-test says "
+    "otherwise); "
     "installed packages may also register providers under the entry-point group "
     "'blockattn.providers'"
 )
