@@ -230,6 +230,14 @@ CORE: tuple[Mutant, ...] = (
         "autograd backward returns dV as k's gradient and dK as v's",
         ci=True,
     ),
+    Mutant(
+        "projection-packed-dk-dv-swapped",
+        "core",
+        OPS,
+        "    grads = _split_packed(d_proj, qheads, kvheads)",
+        "    gq, gk, gv = _split_packed(d_proj, qheads, kvheads)\n    grads = (gq, gv, gk)",
+        "the projection backward writes dK into the packed gradient's v slice and dV into k's",
+    ),
 )
 
 # Anchors in the rotary code (see module docstring): written last, re-checked on every run.
