@@ -293,34 +293,9 @@ def timing_provider(kernel: str, variant: str) -> str:
     if name in PROVIDERS and PROVIDERS[name].rotary == rot:
         return name
     if registry.get(kernel).kernel is not None:
-        return f"kernel:{kernel}"
+        return f"kernel:{kernel}" + ("@rotary" if rot else "")
     raise NotRunnable(f"{kernel}: no timed callable here (no bench provider {name!r} and no "
                       "kernel callable)")  # fmt: skip
-
-
-def _prepare_callable(fn: Any, case: Any, rotary: bool) -> Any:
-    from blockattn.bench.providers import Prepared
-
-    sinu = case.sinu if rotary else None
-    leaves = tuple(t.detach().requires_grad_(True) for t in (case.q, case.k, case.v))
-
-    def call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        return fn(q, k, v, case.offsets, block_size=64, scale=float(case.scale), sinu_pos=sinu,
-                  rotate_v=True)  # fmt: skip
-
-    o_graph = call(*leaves)
-
-    def fwd() -> torch.Tensor:
-        with torch.no_grad():
-            return call(case.q, case.k, case.v)
-
-    return Prepared(
-        fwd=fwd,
-        bwd=lambda: torch.autograd.grad(o_graph, leaves, case.do, retain_graph=True),
-        fwdbwd=lambda: torch.autograd.grad(call(*leaves), leaves, case.do),
-        rotary=rotary,
-        notes={"bwd": "autograd.grad on a retained graph (outside kernel)"},
-    )
 
 
 class SpeedSession:
@@ -340,14 +315,15 @@ class SpeedSession:
 
     def _prepare(self, provider: str) -> Any:
         from blockattn import providers as registry
-        from blockattn.bench.providers import PROVIDERS, Unsupported
+        from blockattn.bench.providers import PROVIDERS, Unsupported, from_provider
 
         try:
             if provider.startswith("kernel:"):
                 name = provider.split(":", 1)[1]
                 rotary = provider.endswith("@rotary")
                 name = name.removesuffix("@rotary")
-                return _prepare_callable(registry.get(name).kernel, self.case, rotary)
+                # The bench's own adapter: timed exactly as `blockattn bench` times it.
+                return from_provider(registry.get(name), rotary).prepare(self.case)
             if provider not in PROVIDERS:
                 raise ValueError(f"unknown bench provider {provider!r}; known {sorted(PROVIDERS)}")
             return PROVIDERS[provider].prepare(self.case)

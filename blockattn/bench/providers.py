@@ -532,7 +532,7 @@ def from_provider(prov: Any, rotary: bool) -> Provider:
         why = prov.supports.refusal(_spec_of(case, rotary), case.q.device.type, _arch())
         if why is not None:
             raise Unsupported(f"{prov.name}: {why}")
-        sinu = case.sinu.to(case.dtype) if rotary else None
+        sinu = case.sinu if rotary else None  # FP32 [sin | cos], as the suite passes it
 
         def call(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
             return fn(q, k, v, case.offsets, block_size=BLOCK, scale=case.scale, sinu_pos=sinu,

@@ -244,3 +244,11 @@ def with_projection(q, k, v, offsets, *, block_size, scale, sinu_pos, rotate_v):
     res = rec["providers"][prov.name]
     assert res["status"] == "ok" and set(res["tensors"]) == {"O", "dX", "dW", "dbias"}, res
     assert evaluate(rec, TOL, prov.name).passed
+
+
+def test_audit_times_an_outside_kernel_through_the_bench_adapter(scratch: Path) -> None:
+    from blockattn.audit.measure import timing_provider
+
+    prov = providers.load_spec("mine=scratchkern:clean")
+    assert timing_provider(prov.name, "plain") == "kernel:mine"
+    assert timing_provider(prov.name, "rotary") == "kernel:mine@rotary"  # the fused rotary path
