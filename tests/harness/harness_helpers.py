@@ -123,3 +123,28 @@ def dump_toml(doc: dict[str, Any]) -> str:
 
     table("", doc)
     return "\n".join(lines) + "\n"
+
+
+def page_text(page: str, skip: tuple[str, ...] = ("style", "script", "title")) -> list[str]:
+    """The text chunks a browser shows of an HTML page (outside `skip` elements)."""
+    from html.parser import HTMLParser
+
+    class _Text(HTMLParser):
+        def __init__(self) -> None:
+            super().__init__()
+            self.chunks: list[str] = []
+            self._skip = 0
+
+        def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+            self._skip += tag in skip
+
+        def handle_endtag(self, tag: str) -> None:
+            self._skip -= tag in skip
+
+        def handle_data(self, data: str) -> None:
+            if not self._skip and data.strip():
+                self.chunks.append(data)
+
+    t = _Text()
+    t.feed(page)
+    return t.chunks

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import importlib.util
 import random
-from html.parser import HTMLParser
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
+from harness_helpers import page_text
 
 from blockattn.harness.results import load_records
 
@@ -35,25 +35,6 @@ if shots.find_chromium() is None:
     pytest.skip("no chromium binary on PATH (apt-get install chromium)", allow_module_level=True)
 
 
-class _Text(HTMLParser):
-    """Visible text of a DOM (outside <style>/<script>/<title>)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.chunks: list[str] = []
-        self._skip = 0
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        self._skip += tag in ("style", "script", "title")
-
-    def handle_endtag(self, tag: str) -> None:
-        self._skip -= tag in ("style", "script", "title")
-
-    def handle_data(self, data: str) -> None:
-        if not self._skip and data.strip():
-            self.chunks.append(data.strip())
-
-
 @pytest.fixture(scope="module")
 def failing_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
     out = tmp_path_factory.mktemp("browser") / "run"
@@ -67,9 +48,7 @@ def test_dom_shows_the_verdict_not_markdown(failing_report) -> None:
     n_fail = sum(not r["verdict"]["passed"] for r in recs)
     assert 0 < n_fail < len(recs)  # the fixture has both: partial blocks fail, full ones pass
     dom = shots.dump_dom(files["html"])
-    t = _Text()
-    t.feed(dom)
-    text = t.chunks
+    text = [c.strip() for c in page_text(dom)]
     assert text[0] == "FAIL"  # the first thing on the page
     assert (
         f"{len(recs)} cases judged: {len(recs) - n_fail} passed, {n_fail} failed, "

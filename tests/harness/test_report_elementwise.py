@@ -12,11 +12,11 @@ import json
 import random
 import re
 import sys
-from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
 import pytest
+from harness_helpers import page_text as _page_text
 
 from blockattn.harness import report
 from blockattn.harness.summarize import (
@@ -460,29 +460,8 @@ def test_pngs_fit_the_page(tmp_path: Path) -> None:
 # The page a kernel engineer reads at a glance: verdict banner, bound rows, provenance.
 
 
-class _Text(HTMLParser):
-    """The text a browser shows (outside <style>/<script>), and the row classes of tables."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.chunks: list[str] = []
-        self._skip = 0
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        self._skip += tag in ("style", "script")
-
-    def handle_endtag(self, tag: str) -> None:
-        self._skip -= tag in ("style", "script")
-
-    def handle_data(self, data: str) -> None:
-        if not self._skip and data.strip():
-            self.chunks.append(data)
-
-
 def page_text(page: str) -> list[str]:
-    t = _Text()
-    t.feed(page)
-    return t.chunks
+    return _page_text(page, skip=("style", "script"))
 
 
 def with_verdict(rec: dict[str, Any], passed: bool, skipped: bool = False) -> dict[str, Any]:
