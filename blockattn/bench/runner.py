@@ -190,7 +190,8 @@ class _Budget:
 
 def _row(case: BenchCase, spec: CaseSpec, prov: str, pas: str, **kw: Any) -> dict[str, Any]:
     row = {**case.describe(), "group": spec.group, "provider": prov, "pass": pas}
-    row["rotary"] = PROVIDERS[prov].rotary
+    # Projection entries are not providers: they always run the fused rotary path.
+    row["rotary"] = PROVIDERS[prov].rotary if spec.group != "projection" else True
     row.update(kw)
     return row
 
@@ -284,11 +285,6 @@ def _run_provider(
     state.provider_seconds.append({"case": spec.name, "provider": name, "s": time.monotonic() - t0})
 
 
-def _proj_row(case: BenchCase, spec: CaseSpec, name: str, pas: str, **kw: Any) -> dict[str, Any]:
-    row = {**case.describe(), "group": spec.group, "provider": name, "pass": pas}
-    return {**row, "rotary": True, **kw}
-
-
 def _run_projection(
     cfg: BenchConfig, case: BenchCase, spec: CaseSpec, state: report.State, b: _Budget
 ) -> None:
@@ -306,7 +302,7 @@ def _run_projection(
         state.checks.append({"case": spec.name, "group": spec.group, "provider": CHECK_NAME, **chk})
         for name in spec.providers:
             for pas in projection.PASSES:
-                state.add(_proj_row(case, spec, name, pas, status="error", note=note))
+                state.add(_row(case, spec, name, pas, status="error", note=note))
         return
     state.checks.append({"case": spec.name, "group": spec.group, "provider": CHECK_NAME, **chk})
     status = "ok" if chk["check"] == "pass" else f"check_{chk['check']}"
@@ -316,7 +312,7 @@ def _run_projection(
             if b.left() <= 0:
                 msg = f"{spec.name}/{name}/{pas}: skipped, time budget exhausted"
                 state.skipped.append(msg)
-                state.add(_proj_row(case, spec, name, pas, status="skipped_budget", note=msg))
+                state.add(_row(case, spec, name, pas, status="skipped_budget", note=msg))
                 continue
             try:
                 if prepared is None:
@@ -325,14 +321,14 @@ def _run_projection(
                 ms = measure.time_ms(fn, cfg.warmup_ms, cfg.rep_ms, cfg.smoke)
                 mem = measure.peak_memory_mb(fn)
                 notes = "; ".join(f"{k}: {v}" for k, v in prepared.notes.items())
-                row = _proj_row(case, spec, name, pas, status=status, ms=ms, peak_mem_mb=mem)
+                row = _row(case, spec, name, pas, status=status, ms=ms, peak_mem_mb=mem)
                 state.add({**row, "check": chk["check"], "note": notes})
             except Exception as exc:
                 note = f"{pas} failed: {type(exc).__name__}: {exc}"
                 state.errors.append(
                     {"case": spec.name, "provider": name, "trace": traceback.format_exc()}
                 )
-                state.add(_proj_row(case, spec, name, pas, status="error", note=note))
+                state.add(_row(case, spec, name, pas, status="error", note=note))
         del prepared
         _cleanup()
     state.provider_seconds.append(
