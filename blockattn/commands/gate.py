@@ -73,11 +73,8 @@ def main(args: argparse.Namespace) -> int:
     from blockattn import providers
 
     outside = providers.load_specs(args.provider)
-    ut = args.under_test or (outside[0] if outside else tol.under_test)
+    ut = args.under_test or (outside[0] if outside else None)  # None: decided below
     baseline_cases = None
-    if args.max_cases is not None and args.max_cases < 1:
-        raise ValueError(f"--max-cases must be >= 1, got {args.max_cases}: a gate over no case "
-                         "shows nothing")
     if args.fuzz_only and not args.fuzz:
         raise ValueError("--fuzz-only needs --fuzz N (N >= 1): a gate over no case shows nothing")
     if args.baseline is not None:
@@ -92,14 +89,21 @@ def main(args: argparse.Namespace) -> int:
         out = args.report
         if not records:
             raise ValueError(f"{args.report}: no results to gate")
+        # Default: the file's kernel under test; a report that never ran it (an outside
+        # kernel's run) is judged for the kernel its records were run for.
+        ran = {p for r in records for p in r.get("providers", {})}
+        uts = {r.get("under_test") for r in records} - {None}
+        if ut is None:
+            ut = tol.under_test if tol.under_test in ran or len(uts) != 1 else uts.pop()
         _clear_stale_reproducers(Path(out))
     else:
         from blockattn.commands.run import resolve_plan
         from blockattn.harness.runner import run_cases
 
         device = session.setup_device()
+        ut = ut or tol.under_test
         ns = argparse.Namespace(**{
-            **vars(args), "provider": None,  # loaded above
+            **vars(args), "provider": None, "outside": outside,  # loaded above
             "under_test": ut, "baseline": None, "corpus_only": args.fuzz == 0, "shape_p": False,
         })  # fmt: skip
         ut, bl, provs, profile, specs = resolve_plan(ns, device)
@@ -140,7 +144,7 @@ def main(args: argparse.Namespace) -> int:
         rec["verdict"] = {**rec.get("verdict", {}), "replay": cmd}
     if args.baseline is not None and tol.schema < 2:
         decision.reasons.append("schema-1 file: regressions judged on ratio_to_floor only")
-    selftest = run_selftest(tol, ut, _device_of(records))
+    selftest = run_selftest(tol, ut, _device_of(records), records)
     for p_ in selftest:
         decision.fail(p_)
     regress, missing_in_baseline = decision.regressions, decision.missing_in_baseline

@@ -72,7 +72,9 @@ def resolve_plan(args: argparse.Namespace, device: str):
     from blockattn.commands._options import selection_from
     from blockattn.harness import plan, runner
 
-    outside = providers.load_specs(getattr(args, "provider", None))
+    # --provider specs (loaded here), or names a caller already loaded (gate)
+    outside = [*getattr(args, "outside", []),
+               *providers.load_specs(getattr(args, "provider", None))]  # fmt: skip
     ut, bl, provs = runner.default_providers(device)
     if outside:
         ut, provs = outside[0], [*outside, bl]

@@ -58,8 +58,13 @@ def _fake_record(spec: CaseSpec, ut: str, declared: str | None, tensors: dict,
             "baseline": ut, "providers": {ut: res}, "oracle_error": None}
 
 
-def run_selftest(tol, under_test: str, device: str = "cpu") -> list[str]:
-    """Wrong answers of the judge (empty: the judge is sound). Schema-1 files: not applicable."""
+def run_selftest(
+    tol, under_test: str, device: str = "cpu", records: list[dict[str, Any]] | None = None
+) -> list[str]:
+    """Wrong answers of the judge (empty: the judge is sound). Schema-1 files: not applicable.
+
+    The provider under test's declared model/reference come from the registry, else from the
+    records being judged (a gate over a report of an outside kernel not loaded here)."""
     from blockattn import providers
     from blockattn.bounds.elementwise import TokenMap, round_to
     from blockattn.harness import metrics, verdict
@@ -73,7 +78,9 @@ def run_selftest(tol, under_test: str, device: str = "cpu") -> list[str]:
         prov = providers.get(under_test)
         declared, reference = prov.accuracy_model, prov.reference
     except ValueError:
-        declared = reference = None
+        res = next((r["providers"][under_test] for r in records or []
+                    if under_test in r.get("providers", {})), {})  # fmt: skip
+        declared, reference = res.get("accuracy_model"), res.get("reference")
     # The model by name straight from the file: the file's own rule, else the declared model,
     # else the reference's rule (an outside kernel); the lookup code is what is under test.
     rules = tol.data["rules"]

@@ -208,3 +208,24 @@ def test_gate_dir_is_complete_and_regression_only_failures_get_reproducers(
 def test_strategies_space_has_distributions_and_gqa_switch() -> None:
     sp = strategies.SPACES["ci"]
     assert sp.distributions == strategies.DISTRIBUTIONS and sp.gqa
+
+
+def test_gate_over_an_outside_kernel_runs_only_it_and_its_baseline_and_regates(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    repo = Path(__file__).resolve().parents[2]
+    (tmp_path / "okern.py").write_text((repo / "examples" / "outside_kernel.py").read_text())
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delitem(sys.modules, "okern", raising=False)
+    out = tmp_path / "g"
+    try:
+        argv = ["--case", "edge-lengths-plain-bf16", "--no-progress", "--tolerances", TOL]
+        assert cli.main(["gate", "--provider", "okern:clean", "--out", str(out), *argv]) == 0
+        rec = json.loads((out / "results.jsonl").read_text().splitlines()[0])
+        assert list(rec["providers"]) == ["clean", "eager"]  # not the built-in kernel too
+        providers.unregister("clean")  # a later gate over the report needs no --provider:
+        capsys.readouterr()  # the records say which kernel ran and how it declared itself
+        assert cli.main(["gate", "--report", str(out), "--tolerances", TOL]) == 0
+        assert "under test `clean`" in capsys.readouterr().out
+    finally:
+        providers.unregister("clean")
