@@ -276,13 +276,18 @@ def _run_provider(
                 )
             )
         except Exception as exc:
-            note = f"{pas} failed: {type(exc).__name__}: {exc}"
-            state.errors.append(
-                {"case": spec.name, "provider": name, "trace": traceback.format_exc()}
-            )
-            state.add(_row(case, spec, name, pas, status="error", note=note))
+            _pass_failed(state, case, spec, name, pas, exc)
     del prepared
     state.provider_seconds.append({"case": spec.name, "provider": name, "s": time.monotonic() - t0})
+
+
+def _pass_failed(
+    state: report.State, case: BenchCase, spec: CaseSpec, name: str, pas: str, exc: Exception
+) -> None:
+    """A timed pass raised: keep its traceback and an error row, and go on with the next."""
+    state.errors.append({"case": spec.name, "provider": name, "trace": traceback.format_exc()})
+    note = f"{pas} failed: {type(exc).__name__}: {exc}"
+    state.add(_row(case, spec, name, pas, status="error", note=note))
 
 
 def _run_projection(
@@ -324,11 +329,7 @@ def _run_projection(
                 row = _row(case, spec, name, pas, status=status, ms=ms, peak_mem_mb=mem)
                 state.add({**row, "check": chk["check"], "note": notes})
             except Exception as exc:
-                note = f"{pas} failed: {type(exc).__name__}: {exc}"
-                state.errors.append(
-                    {"case": spec.name, "provider": name, "trace": traceback.format_exc()}
-                )
-                state.add(_row(case, spec, name, pas, status="error", note=note))
+                _pass_failed(state, case, spec, name, pas, exc)
         del prepared
         _cleanup()
     state.provider_seconds.append(
