@@ -247,10 +247,21 @@ def _fwd_tile(h, start, n, Q, K, V, O, SIN,
               HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr,
               ROTARY: tl.constexpr, ROTATE_V: tl.constexpr, SPLIT: tl.constexpr,
               IS_BF16: tl.constexpr, IEEE: tl.constexpr, INTERPRET: tl.constexpr):
-    HALF: tl.constexpr = HEAD_DIM // 2
     q = _load(_tile(Q, start, n, h, stride_qt, stride_qh, BLOCK, HEAD_DIM))
     k = _load(_tile(K, start, n, h, stride_kt, stride_kh, BLOCK, HEAD_DIM))
     v = _load(_tile(V, start, n, h, stride_vt, stride_vh, BLOCK, HEAD_DIM))
+    _fwd_body(q, k, v, h, start, n, O, SIN, stride_ot, stride_oh, stride_st, qk_scale,
+              HEAD_DIM, BLOCK, ROTARY, ROTATE_V, SPLIT, IS_BF16, IEEE, INTERPRET)
+
+
+@triton.jit
+def _fwd_body(q, k, v, h, start, n, O, SIN, stride_ot, stride_oh, stride_st, qk_scale,
+              HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr,
+              ROTARY: tl.constexpr, ROTATE_V: tl.constexpr, SPLIT: tl.constexpr,
+              IS_BF16: tl.constexpr, IEEE: tl.constexpr, INTERPRET: tl.constexpr):
+    """The forward of one tile from its loaded q, k, v (rows >= n zero): also the body of the
+    Hopper TMA kernel (blockattn.kernels.attention_hopper), which loads them its own way."""
+    HALF: tl.constexpr = HEAD_DIM // 2
     q_hi, q_lo = _operand(q, SIN, start, n, stride_st, ROTARY, SPLIT, IS_BF16,
                           BLOCK, HALF, INTERPRET)
     k_hi, k_lo = _operand(k, SIN, start, n, stride_st, ROTARY, SPLIT, IS_BF16,
@@ -310,6 +321,26 @@ def _bwd_tile(h, start, n, Q, K, V, DO, DQ, DK, DV, SIN,
               ROTARY: tl.constexpr, ROTATE_V: tl.constexpr, SPLIT: tl.constexpr,
               IS_BF16: tl.constexpr, IEEE: tl.constexpr, INTERPRET: tl.constexpr,
               CENTRED: tl.constexpr):
+    q = _load(_tile(Q, start, n, h, stride_qt, stride_qh, BLOCK, HEAD_DIM))
+    k = _load(_tile(K, start, n, h, stride_kt, stride_kh, BLOCK, HEAD_DIM))
+    v = _load(_tile(V, start, n, h, stride_vt, stride_vh, BLOCK, HEAD_DIM))
+    do = _load(_tile(DO, start, n, h, stride_dot, stride_doh, BLOCK, HEAD_DIM))
+    _bwd_body(q, k, v, do, h, start, n, V, DQ, DK, DV, SIN, stride_vt, stride_vh,
+              stride_dqt, stride_dqh, stride_dkt, stride_dkh, stride_dvt, stride_dvh,
+              stride_st, qk_scale, sm_scale,
+              HEAD_DIM, BLOCK, ROTARY, ROTATE_V, SPLIT, IS_BF16, IEEE, INTERPRET, CENTRED)
+
+
+@triton.jit
+def _bwd_body(q, k, v, do, h, start, n, V, DQ, DK, DV, SIN, stride_vt, stride_vh,
+              stride_dqt, stride_dqh, stride_dkt, stride_dkh, stride_dvt, stride_dvh,
+              stride_st, qk_scale, sm_scale,
+              HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr,
+              ROTARY: tl.constexpr, ROTATE_V: tl.constexpr, SPLIT: tl.constexpr,
+              IS_BF16: tl.constexpr, IEEE: tl.constexpr, INTERPRET: tl.constexpr,
+              CENTRED: tl.constexpr):
+    """The backward of one tile from its loaded q, k, v, dO (rows >= n zero); V is re-read only
+    for its first row (centred plain V). Also the body of the Hopper TMA kernel."""
     HALF: tl.constexpr = HEAD_DIM // 2
     QK_LO: tl.constexpr = ROTARY and SPLIT
     V_LO: tl.constexpr = (ROTATE_V or CENTRED) and SPLIT
@@ -317,10 +348,6 @@ def _bwd_tile(h, start, n, Q, K, V, DO, DQ, DK, DV, SIN,
     # after it), after it at D=128 (1.44 vs 1.46 ms). A rotated V always comes after, once q/k
     # are dead, for register pressure.
     V_EARLY: tl.constexpr = CENTRED and not ROTATE_V and HEAD_DIM <= 64
-    q = _load(_tile(Q, start, n, h, stride_qt, stride_qh, BLOCK, HEAD_DIM))
-    k = _load(_tile(K, start, n, h, stride_kt, stride_kh, BLOCK, HEAD_DIM))
-    v = _load(_tile(V, start, n, h, stride_vt, stride_vh, BLOCK, HEAD_DIM))
-    do = _load(_tile(DO, start, n, h, stride_dot, stride_doh, BLOCK, HEAD_DIM))
     q_hi, q_lo = _operand(q, SIN, start, n, stride_st, ROTARY, SPLIT, IS_BF16,
                           BLOCK, HALF, INTERPRET)
     k_hi, k_lo = _operand(k, SIN, start, n, stride_st, ROTARY, SPLIT, IS_BF16,
@@ -489,12 +516,55 @@ def _flags(q: torch.Tensor, sinu_pos: torch.Tensor | None, rotate_v: bool,
     )
 
 
+def kernel_path(kernel: str, q: Tensor, sinu_pos: Tensor | None, loaded: tuple[Tensor, ...]) -> str:
+    """"hopper" or "portable": which kernels run this launch.
+
+    BLOCKATTN_KERNEL_PATH=portable|hopper forces one (hopper raises where it cannot run);
+    unset or "auto" takes the Hopper path on sm_90 for 16-bit inputs whose (kernel, rotary,
+    head dim) has a measured config in attention_hopper.CONFIGS (entered only where the device
+    measured it faster) and whose loaded tensors TMA can read.
+    """
+    want = os.environ.get("BLOCKATTN_KERNEL_PATH", "auto")
+    if want not in ("auto", "portable", "hopper"):
+        raise ValueError(f"BLOCKATTN_KERNEL_PATH={want!r}: expected auto, portable or hopper")
+    if want == "portable" or INTERPRET:
+        if want == "hopper":
+            raise RuntimeError("BLOCKATTN_KERNEL_PATH=hopper: the Hopper path needs a GPU, "
+                               "not the Triton interpreter")
+        return "portable"
+    from blockattn.kernels import attention_hopper as AH  # imports this module: import late
+
+    why = None
+    if q.device.type != "cuda" or torch.cuda.get_device_capability(q.device) != (9, 0):
+        why = "it needs an sm_90 GPU"
+    elif q.dtype not in _SPLIT_DTYPES:
+        why = f"q.dtype={q.dtype} (it takes bfloat16 and float16)"
+    elif not AH.eligible(*loaded):
+        why = "TMA needs 16-byte aligned, head-packed (T, H, D) inputs with unit stride along D"
+    if want == "hopper":
+        if why:
+            raise RuntimeError(f"BLOCKATTN_KERNEL_PATH=hopper cannot run: {why}")
+        return "hopper"
+    key = (kernel, sinu_pos is not None, q.shape[2])
+    return "hopper" if why is None and key in AH.CONFIGS else "portable"
+
+
 def attention_fwd(q: Tensor, k: Tensor, v: Tensor, table: TileTable, sinu_pos: Tensor | None,
                   scale: float, block_size: int, rotate_v: bool,
                   out: Tensor | None = None) -> Tensor:
     """Forward launch on validated inputs (unit stride along D). Returns O (T, H, D)."""
-    T, H, D = q.shape
-    o = torch.empty((T, H, D), dtype=q.dtype, device=q.device) if out is None else out
+    o = torch.empty(q.shape, dtype=q.dtype, device=q.device) if out is None else out
+    if kernel_path("fwd", q, sinu_pos, (q, k, v)) == "hopper":
+        from blockattn.kernels import attention_hopper as AH
+
+        return AH.attention_fwd(q, k, v, o, table, sinu_pos, scale, block_size, rotate_v)
+    return _launch_fwd(q, k, v, table, sinu_pos, scale, block_size, rotate_v, o)
+
+
+def _launch_fwd(q: Tensor, k: Tensor, v: Tensor, table: TileTable, sinu_pos: Tensor | None,
+                scale: float, block_size: int, rotate_v: bool, o: Tensor) -> Tensor:
+    """The portable forward kernel."""
+    _, H, D = q.shape
     cfg = launch_config("fwd", sinu_pos is not None, D, q.dtype)
     n_tiles = table.n_slots * H
     grid = _grid_size(n_tiles, q.device, cfg)
@@ -521,9 +591,23 @@ def attention_bwd(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor, table: Tile
     centred=False runs the previous dS numerics (uncentred dP, one-pass Di, unscaled fp16 dS
     split), kept for comparison; the default is the centred path (see _bwd_tile).
     """
-    T, H, D = q.shape
     if grads is None:
-        grads = tuple(torch.empty((T, H, D), dtype=q.dtype, device=q.device) for _ in range(3))
+        grads = tuple(torch.empty(q.shape, dtype=q.dtype, device=q.device) for _ in range(3))
+    if kernel_path("bwd", q, sinu_pos, (q, k, v, grad_out)) == "hopper":
+        from blockattn.kernels import attention_hopper as AH
+
+        return AH.attention_bwd(q, k, v, grad_out, grads, table, sinu_pos, scale, block_size,
+                                rotate_v, centred)
+    return _launch_bwd(q, k, v, grad_out, table, sinu_pos, scale, block_size, rotate_v, grads,
+                       centred)
+
+
+def _launch_bwd(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor, table: TileTable,
+                sinu_pos: Tensor | None, scale: float, block_size: int, rotate_v: bool,
+                grads: tuple[Tensor, Tensor, Tensor],
+                centred: bool = True) -> tuple[Tensor, Tensor, Tensor]:
+    """The portable backward kernel."""
+    _, H, D = q.shape
     dq, dk, dv = grads
     cfg = launch_config("bwd", sinu_pos is not None, D, q.dtype)
     n_tiles = table.n_slots * H
