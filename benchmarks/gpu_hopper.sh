@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# GPU checks of the Hopper path and the rotary launch configs (issue 14), in phases that each fit
+# one device call. Logs land in OUTDIR/hopper-<phase>.tgz plus OUTDIR/steps-<phase>.log.
+#   phase 1: tests of the Hopper path (its own tests, then the kernel and non-finite test files
+#            with the path forced); the rotary launch-config sweep (warps x register cap)
+#   phase 2: stage profile at D128; every mutant and the false-alarm check on the GPU
+# Usage: bash benchmarks/gpu_hopper.sh 1|2 OUTDIR
+set -uo pipefail
+phase=$1
+out=${2:-$OUT}
+r=/tmp/hopper
+mkdir -p "$r" "$out"
+source "$(dirname "$0")/gpu_steps.sh"  # step NAME CMD..., env.log
+step install python3 -m pip install -q --no-deps --no-build-isolation -e .
+if [ "$phase" = 1 ]; then
+  step pytest_hopper timeout 200 python3 -m pytest -n 8 -q -p no:cacheprovider \
+    tests/kernels/test_hopper_path.py
+  # Every bf16/fp16 kernel test on the Hopper path (it takes no fp32: those stay portable).
+  BLOCKATTN_KERNEL_PATH=hopper step pytest_forced timeout 240 python3 -m pytest -n 8 -q \
+    -p no:cacheprovider -k "not fp32" tests/kernels/test_attention.py \
+    tests/reliability/test_nonfinite.py
+  step tune_rotary timeout 280 python3 benchmarks/tune.py --out "$r/tune_rotary" \
+    --rotary on --warps 4,8 --maxnreg none,128,168 --time-budget-s 230
+else
+  step stages timeout 200 python3 benchmarks/stage_profile.py --out "$r/stages" --head-dims 128
+  step mutants timeout 330 python3 -m blockattn mutants --jobs 12 --tolerances v5 \
+    --baseline ci/baselines/h100/report.json --out "$r/mutants"
+fi
+tar czf "$out/hopper-$phase.tgz" -C "$r" . 2>/dev/null
+cp "$r/steps.log" "$out/steps-$phase.log"

@@ -1,0 +1,123 @@
+"""The Hopper path (blockattn.kernels.attention_hopper) against the portable kernels.
+
+The Hopper kernels run the portable tile bodies on tiles that TMA loads in whole BLOCK-row boxes,
+so the rows past a partial block's n valid tokens are the next sequence's (or zeros past T): they
+must be zeroed before any arithmetic. What is checked, on every path it can run on:
+- outputs equal the portable kernels' bitwise (plain) or within one rounding of the stored dtype
+  (rotary: the compiler may order the rotation's fp32 sums differently), with NaN-poisoned
+  outputs so an unwritten element shows;
+- Inf/NaN in the rows a partial block's box reads past its end never reach that block's outputs;
+- `kernel_path` dispatch: a bad BLOCKATTN_KERNEL_PATH is named, a forced Hopper path that cannot
+  run says why, and auto never picks it without a measured config.
+On CPU the kernel source runs under the interpreter, whose runtime loop bounds break under
+numpy >= 2.4 (the portable path avoids its loop there); the `_loop_bounds` fixture patches only
+the interpreter's scalar-to-index conversion, for these tests.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from blockattn.kernels import attention as A
+from blockattn.kernels import attention_hopper as AH
+from blockattn.kernels.tiles import build_tile_table
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+ON_SM90 = DEVICE == "cuda" and torch.cuda.get_device_capability() == (9, 0)
+LENGTHS = [100, 37, 64, 5]  # partial blocks of 36, 37 and 5 rows; the last box runs past T
+H = 2
+
+
+@pytest.fixture
+def _loop_bounds(monkeypatch):
+    if DEVICE == "cuda":
+        return
+    import triton.runtime.interpreter as interp
+
+    original = interp._patch_lang_tensor
+
+    def patched(tensor, scope):
+        original(tensor, scope)
+        tensor.__index__ = lambda self: int(self.handle.data.reshape(-1)[0])
+
+    monkeypatch.setattr(interp, "_patch_lang_tensor", patched)
+
+
+def _inputs(D: int, dtype: torch.dtype, rotary: bool, seed: int):
+    g = torch.Generator(device=DEVICE).manual_seed(seed)
+    off = torch.tensor([0, *torch.tensor(LENGTHS).cumsum(0).tolist()], device=DEVICE)
+    T = int(off[-1])
+    q, k, v, do = (torch.randn(T, H, D, device=DEVICE, generator=g).to(dtype) for _ in range(4))
+    sinu = torch.rand(T, D, device=DEVICE, generator=g) * 2 - 1 if rotary else None
+    return q, k, v, do, sinu, build_tile_table(off, T, 64)
+
+
+def _run(path: str, q, k, v, do, sinu, table):
+    o = torch.full_like(q, float("nan"))
+    grads = tuple(torch.full_like(q, float("nan")) for _ in range(3))
+    if path == "hopper":
+        AH.attention_fwd(q, k, v, o, table, sinu, q.shape[2] ** -0.5, 64, True)
+        AH.attention_bwd(q, k, v, do, grads, table, sinu, q.shape[2] ** -0.5, 64, True)
+    else:
+        A._launch_fwd(q, k, v, table, sinu, q.shape[2] ** -0.5, 64, True, o)
+        A._launch_bwd(q, k, v, do, table, sinu, q.shape[2] ** -0.5, 64, True, grads)
+    return (o, *grads)
+
+
+def _ulp_close(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Within one unit in the last place of the stored dtype, elementwise (both finite)."""
+    fa, fb = a.double(), b.double()
+    ulp = torch.finfo(a.dtype).eps * torch.maximum(fa.abs(), fb.abs()).clamp_min(
+        torch.finfo(a.dtype).tiny)
+    return bool(torch.isfinite(fa).all() and ((fa - fb).abs() <= ulp).all())
+
+
+@pytest.mark.skipif(DEVICE == "cuda" and not ON_SM90, reason="the Hopper path needs sm_90")
+@pytest.mark.parametrize("dtype,D,rotary", [
+    (torch.bfloat16, 64, False), (torch.float16, 128, False), (torch.bfloat16, 64, True),
+], ids=["bf16-d64-plain", "fp16-d128-plain", "bf16-d64-rotary"])
+def test_hopper_matches_portable(_loop_bounds, dtype, D, rotary) -> None:
+    q, k, v, do, sinu, table = _inputs(D, dtype, rotary, seed=3)
+    ref = _run("portable", q, k, v, do, sinu, table)
+    out = _run("hopper", q, k, v, do, sinu, table)
+    for name, a, b in zip(("O", "dQ", "dK", "dV"), out, ref, strict=True):
+        assert bool(torch.isfinite(a).all()), f"{name}: unwritten (NaN) or non-finite elements"
+        if rotary:
+            assert _ulp_close(a, b), f"{name}: more than 1 ulp from the portable kernel"
+        else:
+            assert torch.equal(a, b), f"{name}: not bitwise equal to the portable kernel"
+
+
+@pytest.mark.skipif(DEVICE == "cuda" and not ON_SM90, reason="the Hopper path needs sm_90")
+@pytest.mark.parametrize("rotary", [False, True], ids=["plain", "rotary"])
+def test_rows_read_past_a_partial_block_are_contained(_loop_bounds, rotary: bool) -> None:
+    q, k, v, do, sinu, table = _inputs(64, torch.bfloat16, rotary, seed=5)
+    clean = _run("hopper", q, k, v, do, sinu, table)
+    # Sequence 2 starts at token 137: sequence 1's only block (100..136, n = 37) reads its rows.
+    for t in (q, k, v, do):
+        t[137:, :, :32] = float("inf")
+        t[137:, :, 32:] = float("nan")
+    dirty = _run("hopper", q, k, v, do, sinu, table)
+    for name, a, b in zip(("O", "dQ", "dK", "dV"), dirty, clean, strict=True):
+        assert torch.equal(a[:137], b[:137]), f"{name}: poison past a partial block leaked in"
+
+
+def test_kernel_path_dispatch(monkeypatch) -> None:
+    q = torch.zeros(4, 1, 64, dtype=torch.bfloat16, device=DEVICE)
+    monkeypatch.setenv("BLOCKATTN_KERNEL_PATH", "fast")
+    with pytest.raises(ValueError, match="BLOCKATTN_KERNEL_PATH='fast'"):
+        A.kernel_path("fwd", q, None, (q,))
+    monkeypatch.setenv("BLOCKATTN_KERNEL_PATH", "portable")
+    assert A.kernel_path("fwd", q, None, (q,)) == "portable"
+    monkeypatch.setenv("BLOCKATTN_KERNEL_PATH", "hopper")
+    if not ON_SM90:
+        with pytest.raises(RuntimeError, match="BLOCKATTN_KERNEL_PATH=hopper"):
+            A.kernel_path("fwd", q, None, (q,))
+    strided = torch.zeros(4, 64, 2, dtype=torch.bfloat16, device=DEVICE).transpose(1, 2)
+    if ON_SM90:
+        with pytest.raises(RuntimeError, match="head-packed"):
+            A.kernel_path("fwd", strided, None, (strided,))
+    monkeypatch.delenv("BLOCKATTN_KERNEL_PATH")
+    monkeypatch.setattr(AH, "CONFIGS", {})  # auto: no measured config, no Hopper path
+    assert A.kernel_path("fwd", q, None, (q,)) == "portable"
