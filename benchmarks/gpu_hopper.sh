@@ -16,7 +16,7 @@ if [ "$phase" = 1 ]; then
   step pytest_hopper timeout 200 python3 -m pytest -n 8 -q -p no:cacheprovider \
     tests/kernels/test_hopper_path.py
   # Every bf16/fp16 kernel test on the Hopper path (it takes no fp32: those stay portable).
-  BLOCKATTN_KERNEL_PATH=hopper step pytest_forced timeout 240 python3 -m pytest -n 8 -q \
+  step pytest_forced env BLOCKATTN_KERNEL_PATH=hopper timeout 240 python3 -m pytest -n 8 -q \
     -p no:cacheprovider -k "not fp32" tests/kernels/test_attention.py \
     tests/reliability/test_nonfinite.py
   step tune_rotary timeout 280 python3 benchmarks/tune.py --out "$r/tune_rotary" \
