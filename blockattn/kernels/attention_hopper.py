@@ -157,7 +157,7 @@ def attention_fwd(q: Tensor, k: Tensor, v: Tensor, o: Tensor, table: TileTable,
     cfg = hopper_config("fwd", sinu_pos is not None, D)
     n_tiles = table.n_slots * H
     grid = _grid(n_tiles, q.device, cfg)
-    if grid == 0:
+    if grid == 0 or q.shape[0] == 0:  # T = 0: nothing to write (a TMA box needs rows)
         return o
     BLOCK = max(16, triton.next_power_of_2(block_size))
     sin = sinu_pos if sinu_pos is not None else q
@@ -181,7 +181,7 @@ def attention_bwd(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor,
     cfg = hopper_config("bwd", sinu_pos is not None, D)
     n_tiles = table.n_slots * H
     grid = _grid(n_tiles, q.device, cfg)
-    if grid == 0:
+    if grid == 0 or q.shape[0] == 0:  # T = 0: nothing to write (a TMA box needs rows)
         return dq, dk, dv
     BLOCK = max(16, triton.next_power_of_2(block_size))
     sin = sinu_pos if sinu_pos is not None else q
