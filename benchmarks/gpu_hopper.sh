@@ -3,7 +3,7 @@
 # one device call. Logs land in OUTDIR/hopper-<phase>.tgz plus OUTDIR/steps-<phase>.log.
 #   phase 1: tests of the Hopper path (its own tests, then the kernel and non-finite test files
 #            with the path forced); the rotary launch-config sweep (warps x register cap)
-#   phase 2: stage profile at D128; every mutant and the false-alarm check on the GPU
+#   phase 2: the Hopper tests again (after a fix); stage profile at D128; every mutant
 # Usage: bash benchmarks/gpu_hopper.sh 1|2 OUTDIR
 set -uo pipefail
 phase=$1
@@ -24,8 +24,11 @@ if [ "$phase" = 1 ]; then
   step tune_rotary timeout 280 python3 benchmarks/tune.py --out "$r/tune_rotary" \
     --rotary on --warps 4,8 --maxnreg none,128,168 --time-budget-s 230
 else
-  step stages timeout 200 python3 benchmarks/stage_profile.py --out "$r/stages" --head-dims 128
-  step mutants timeout 330 python3 -m blockattn mutants --jobs 12 --tolerances v5 \
+  step pytest_hopper timeout 200 python3 -m pytest -n 8 -q -p no:cacheprovider \
+    tests/kernels/test_hopper_path.py tests/kernels/test_attention.py::test_empty_input \
+    tests/reliability/test_nonfinite.py::test_empty_batches_give_empty_outputs
+  step stages timeout 150 python3 benchmarks/stage_profile.py --out "$r/stages" --head-dims 128
+  step mutants timeout 300 python3 -m blockattn mutants --jobs 12 --tolerances v5 \
     --baseline ci/baselines/h100/report.json --out "$r/mutants"
 fi
 tar czf "$out/hopper-$phase.tgz" -C "$r" . 2>/dev/null
