@@ -24,7 +24,7 @@ if [ "$phase" = 1 ]; then
   step tune_rotary timeout 280 python3 benchmarks/tune.py --out "$r/tune_rotary" \
     --rotary on --warps 4,8 --maxnreg none,128,168 --time-budget-s 230
 else
-  step pytest_hopper timeout 200 python3 -m pytest -n 8 -q -p no:cacheprovider \
+  step pytest_hopper env BLOCKATTN_KERNEL_PATH=hopper timeout 200 python3 -m pytest -n 8 -q -p no:cacheprovider \
     tests/kernels/test_hopper_path.py tests/kernels/test_attention.py::test_empty_input \
     tests/reliability/test_nonfinite.py::test_empty_batches_give_empty_outputs
   step stages timeout 150 python3 benchmarks/stage_profile.py --out "$r/stages" --head-dims 128
