@@ -4,6 +4,8 @@
 #   phase 1: tests of the Hopper path (its own tests, then the kernel and non-finite test files
 #            with the path forced); the rotary launch-config sweep (warps x register cap)
 #   phase 2: the Hopper tests again (after a fix); stage profile at D128; every mutant
+#   phase 3: the forced-path tests again (T = 0 fix); stage profile with the no-split bwd fixed;
+#            the false-alarm check over every distribution
 # Usage: bash benchmarks/gpu_hopper.sh 1|2 OUTDIR
 set -uo pipefail
 phase=$1
@@ -23,6 +25,14 @@ if [ "$phase" = 1 ]; then
     tests/reliability/test_nonfinite.py
   step tune_rotary timeout 280 python3 benchmarks/tune.py --out "$r/tune_rotary" \
     --rotary on --warps 4,8 --maxnreg none,128,168 --time-budget-s 230
+elif [ "$phase" = 3 ]; then
+  step pytest_forced env BLOCKATTN_KERNEL_PATH=hopper timeout 150 python3 -m pytest -n 8 -q \
+    -p no:cacheprovider -k "not fp32 and not nan_poisoning and not persistent_grid" \
+    tests/kernels/test_hopper_path.py tests/kernels/test_attention.py \
+    tests/reliability/test_nonfinite.py
+  step stages timeout 170 python3 benchmarks/stage_profile.py --out "$r/stages" --head-dims 128,64
+  step false_alarms timeout 250 python3 -m blockattn false-alarms --tolerances v5 --seeds 20 \
+    --fuzz 2 --every-distribution --profile gpu --out "$r/false_alarms" --no-progress
 else
   step pytest_hopper env BLOCKATTN_KERNEL_PATH=hopper timeout 200 python3 -m pytest -n 8 -q -p no:cacheprovider \
     tests/kernels/test_hopper_path.py tests/kernels/test_attention.py::test_empty_input \

@@ -92,7 +92,7 @@ def time_stage(fn, split: bool) -> float:
     """do_bench median of fn with the hi/lo splits on (shipped) or off."""
     real = A._flags
     if not split:
-        A._flags = lambda *a: real(*a) | {"SPLIT": False}
+        A._flags = lambda *a: real(*a) | {"SPLIT": False, "CENTRED": False}
     try:
         fn()
         return do_bench(fn, warmup=25, rep=200, return_mode="median")

@@ -106,8 +106,16 @@ class HopperConfig:
     maxnreg: int | None = None
 
 
-DEFAULT_CONFIG = HopperConfig(num_warps=4, num_stages=2, programs_per_sm=1)
-# Keys (kernel, rotary, head_dim); filled from device measurements (benchmarks/tune_hopper.py).
+DEFAULT_CONFIG = HopperConfig(num_warps=4, num_stages=2, programs_per_sm=2)
+# Keys (kernel, rotary, head_dim): a config here makes `kernel_path` pick this path by default.
+# None does: on an H100 (benchmarks/results/h100_2026-11-23c, tune_hopper.json) every config of
+# benchmarks/tune_hopper.py was slower than the portable kernels at shape P. Best of each, bf16:
+# D128 fwd 2.09 vs 1.91 ms (2 programs/SM, 2 stages), bwd 5.93 vs 4.25 ms; D64 fwd 1.22 vs
+# 0.96, bwd 2.32 vs 1.89; rotary D128 fwd 5.05 vs 3.14, bwd 14.5 vs 7.57. Automatic warp
+# specialisation (tl.range(warp_specialize=True)) was slower still where it compiled (plain fwd,
+# D64 bwd) and fails in Triton 3.6's NVGPUWarpSpecialization pass for the D128 and rotary bwd.
+# Few resident programs, each waiting on its own chain, overlap less than the portable path's
+# many one-tile CTAs do. The path stays opt-in (BLOCKATTN_KERNEL_PATH=hopper) and tested.
 CONFIGS: dict[tuple[str, bool, int], HopperConfig] = {}
 
 
@@ -123,7 +131,9 @@ def hopper_config(kernel: str, rotary: bool, head_dim: int) -> HopperConfig:
 def _tma_ok(t: Tensor) -> bool:
     """TMA needs a 16-byte aligned base and row stride, unit stride along D and heads packed
     (the (T, H*D) 2-D view the descriptor walks)."""
-    _, H, D = t.shape
+    T, H, D = t.shape
+    if T == 0:
+        return True  # nothing to read: the launchers return before building a descriptor
     size = t.element_size()
     return (t.stride(2) == 1 and (H == 1 or t.stride(1) == D) and t.data_ptr() % 16 == 0
             and (t.stride(0) * size) % 16 == 0 and (D * size) % 16 == 0)
