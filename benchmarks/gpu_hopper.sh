@@ -6,6 +6,8 @@
 #   phase 2: the Hopper tests again (after a fix); stage profile at D128; every mutant
 #   phase 3: the forced-path tests again (T = 0 fix); stage profile with the no-split bwd fixed;
 #            the false-alarm check over every distribution
+#   phase 4: every mutant with the Hopper path preferred (BLOCKATTN_KERNEL_PATH=prefer-hopper:
+#            wherever it can run), control included; the stage profile of the Hopper path
 # Usage: bash benchmarks/gpu_hopper.sh 1|2 OUTDIR
 set -uo pipefail
 phase=$1
@@ -33,6 +35,12 @@ elif [ "$phase" = 3 ]; then
   step stages timeout 170 python3 benchmarks/stage_profile.py --out "$r/stages" --head-dims 128,64
   step false_alarms timeout 250 python3 -m blockattn false-alarms --tolerances v5 --seeds 20 \
     --fuzz 2 --every-distribution --profile gpu --out "$r/false_alarms" --no-progress
+elif [ "$phase" = 4 ]; then
+  step mutants_hopper env BLOCKATTN_KERNEL_PATH=prefer-hopper timeout 330 python3 -m blockattn \
+    mutants --jobs 12 --tolerances v5 --baseline ci/baselines/h100/report.json \
+    --out "$r/mutants_hopper"
+  step stages_hopper timeout 150 python3 benchmarks/stage_profile.py --path hopper \
+    --out "$r/stages_hopper" --head-dims 128
 else
   step pytest_hopper env BLOCKATTN_KERNEL_PATH=hopper timeout 200 python3 -m pytest -n 8 -q -p no:cacheprovider \
     tests/kernels/test_hopper_path.py tests/kernels/test_attention.py::test_empty_input \

@@ -24,6 +24,7 @@ import argparse
 import functools
 import json
 import math
+import os
 import time
 from pathlib import Path
 
@@ -145,14 +146,17 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--head-dims", default="128,64")
+    ap.add_argument("--path", choices=("auto", "portable", "hopper"), default="auto",
+                    help="kernel path to profile (BLOCKATTN_KERNEL_PATH; hopper: the TMA path)")
     args = ap.parse_args()
+    os.environ["BLOCKATTN_KERNEL_PATH"] = args.path
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     # The bench's own ceiling: a 2 GiB-each-way device copy, do_bench median.
     ceiling = copy_ceiling(2**31, warmup_ms=50, rep_ms=300, smoke=False)["tbps"]
     doc = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
            "triton": triton.__version__, "date": time.strftime("%Y-%m-%d"),
-           "copy_ceiling_TBps": ceiling, "rows": []}
+           "copy_ceiling_TBps": ceiling, "kernel_path": args.path, "rows": []}
     for D in (int(d) for d in args.head_dims.split(",")):
         profile_head_dim(D, ceiling, doc, out)
         torch.cuda.empty_cache()

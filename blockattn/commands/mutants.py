@@ -53,7 +53,8 @@ def _markdown(ctrl, outs, meta: dict) -> str:
     ]
     if ctrl is not None:
         lines.append(
-            f"Control (unmodified copy): **{ctrl.status}** over {ctrl.cases_run} cases"
+            f"Control ({ctrl.name.removeprefix('control (')}: **{ctrl.status}** over "
+            f"{ctrl.cases_run} cases"
             + (f" - {ctrl.failure}" if ctrl.failure else "")
         )
     lines += ["", "| mutant | group | result | failing metric | case | s |", "|---" * 6 + "|"]

@@ -520,22 +520,24 @@ def kernel_path(kernel: str, q: Tensor, sinu_pos: Tensor | None, loaded: tuple[T
     """"hopper" or "portable": which kernels run this launch.
 
     BLOCKATTN_KERNEL_PATH=portable|hopper forces one (hopper raises where it cannot run);
-    unset or "auto" takes the Hopper path on sm_90 for 16-bit inputs whose (kernel, rotary,
+    "prefer-hopper" takes the Hopper path wherever it can run and the portable one elsewhere
+    (fp32, the interpreter, inputs TMA cannot walk): what runs the whole suite against it.
+    Unset or "auto" takes the Hopper path on sm_90 for 16-bit inputs whose (kernel, rotary,
     head dim) has a measured config in attention_hopper.CONFIGS (entered only where the device
     measured it faster) and whose loaded tensors TMA can read.
     """
     want = os.environ.get("BLOCKATTN_KERNEL_PATH", "auto")
-    if want not in ("auto", "portable", "hopper"):
-        raise ValueError(f"BLOCKATTN_KERNEL_PATH={want!r}: expected auto, portable or hopper")
-    if want == "portable" or INTERPRET:
-        if want == "hopper":
-            raise RuntimeError("BLOCKATTN_KERNEL_PATH=hopper: the Hopper path needs a GPU, "
-                               "not the Triton interpreter")
+    if want not in ("auto", "portable", "hopper", "prefer-hopper"):
+        raise ValueError(f"BLOCKATTN_KERNEL_PATH={want!r}: expected auto, portable, hopper "
+                         "or prefer-hopper")
+    if want == "portable" or (want == "auto" and INTERPRET):
         return "portable"
     from blockattn.kernels import attention_hopper as AH  # imports this module: import late
 
     why = None
-    if q.device.type != "cuda" or torch.cuda.get_device_capability(q.device) != (9, 0):
+    # The interpreter runs the Hopper kernels' source too (tests, mutants on CPU).
+    on_sm90 = q.device.type == "cuda" and torch.cuda.get_device_capability(q.device) == (9, 0)
+    if not (INTERPRET or on_sm90):
         why = "it needs an sm_90 GPU"
     elif q.dtype not in _SPLIT_DTYPES:
         why = f"q.dtype={q.dtype} (it takes bfloat16 and float16)"
@@ -545,6 +547,8 @@ def kernel_path(kernel: str, q: Tensor, sinu_pos: Tensor | None, loaded: tuple[T
         if why:
             raise RuntimeError(f"BLOCKATTN_KERNEL_PATH=hopper cannot run: {why}")
         return "hopper"
+    if want == "prefer-hopper":
+        return "portable" if why else "hopper"
     key = (kernel, sinu_pos is not None, q.shape[2])
     return "hopper" if why is None and key in AH.CONFIGS else "portable"
 

@@ -1,6 +1,7 @@
 """Hopper (sm_90) path: the same tile computation, fed by TMA in a pipelined persistent loop.
 
-Reads top-down: the TMA tile loader, the forward and backward kernels, eligibility, launchers.
+Reads top-down: an interpreter shim, the TMA tile loader, the forward and backward kernels,
+eligibility, launchers.
 
 Why a second path: the portable kernels (blockattn.kernels.attention) run one tile per program and
 rely on resident CTAs for overlap; at 2 CTAs per SM the backward is bound by its dependent chain
@@ -27,15 +28,33 @@ import triton.language as tl
 from torch import Tensor
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from blockattn.kernels.attention import (
-    INTERPRET,
-    LOG2E,
-    _bwd_body,
-    _flags,
-    _fwd_body,
-    _tile_at,
-)
+from blockattn.kernels import attention as A
+from blockattn.kernels.attention import INTERPRET, LOG2E, _bwd_body, _fwd_body, _tile_at
 from blockattn.kernels.tiles import TileTable
+
+# ----------------------------------------------------------------------------- interpreter
+
+
+def _interpreter_loop_bounds() -> None:
+    """Under the interpreter, let a runtime loop bound index a range (numpy >= 2.4 refuses
+    int() of the 1-element arrays the interpreter wraps scalars in). The portable kernels avoid
+    the loop there instead; this path has no loop-free form. Only under TRITON_INTERPRET=1."""
+    import triton.runtime.interpreter as interp
+
+    original = interp._patch_lang_tensor
+    if getattr(original, "_blockattn_shim", False):
+        return
+
+    def patched(tensor, scope):
+        original(tensor, scope)
+        tensor.__index__ = lambda self: int(self.handle.data.reshape(-1)[0])
+
+    patched._blockattn_shim = True
+    interp._patch_lang_tensor = patched
+
+
+if INTERPRET:
+    _interpreter_loop_bounds()
 
 # ----------------------------------------------------------------------------- loader
 
@@ -141,7 +160,7 @@ def _tma_ok(t: Tensor) -> bool:
 
 def eligible(*tensors: Tensor) -> bool:
     """Whether the Hopper path can run these (T, H, D) tensors (dtype/arch checked by caller)."""
-    return not INTERPRET and all(_tma_ok(t) for t in tensors)
+    return all(_tma_ok(t) for t in tensors)
 
 
 def _desc(t: Tensor, block: int) -> TensorDescriptor:
@@ -177,7 +196,7 @@ def attention_fwd(q: Tensor, k: Tensor, v: Tensor, o: Tensor, table: TileTable,
         o.stride(0), o.stride(1), sin.stride(0), scale * LOG2E,
         H=H, HEAD_DIM=D, BLOCK=BLOCK, WARP_SPECIALIZE=cfg.warp_specialize,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, maxnreg=cfg.maxnreg,
-        **_flags(q, sinu_pos, rotate_v),
+        **A._flags(q, sinu_pos, rotate_v),  # via the module: the stage profile patches it
     )  # fmt: skip
     return o
 
@@ -202,6 +221,6 @@ def attention_bwd(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor,
         dv.stride(0), dv.stride(1), sin.stride(0), scale * LOG2E, scale,
         H=H, HEAD_DIM=D, BLOCK=BLOCK, WARP_SPECIALIZE=cfg.warp_specialize,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, maxnreg=cfg.maxnreg,
-        **_flags(q, sinu_pos, rotate_v, centred),
+        **A._flags(q, sinu_pos, rotate_v, centred),
     )  # fmt: skip
     return dq, dk, dv

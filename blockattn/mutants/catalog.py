@@ -18,6 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 ATT = "kernels/attention.py"
+HOPPER = "kernels/attention_hopper.py"
+PREFER_HOPPER = (("BLOCKATTN_KERNEL_PATH", "prefer-hopper"),)
 TILES = "kernels/tiles.py"
 OPS = "ops.py"
 
@@ -31,6 +33,9 @@ class Mutant:
     replacement: str
     description: str
     ci: bool = False
+    # Environment the mutant's worker runs under: a bug in the Hopper path only shows where
+    # BLOCKATTN_KERNEL_PATH selects that path.
+    env: tuple[tuple[str, str], ...] = ()
 
 
 CORE: tuple[Mutant, ...] = (
@@ -237,6 +242,27 @@ CORE: tuple[Mutant, ...] = (
         "    grads = _split_packed(d_proj, qheads, kvheads)",
         "    gq, gk, gv = _split_packed(d_proj, qheads, kvheads)\n    grads = (gq, gv, gk)",
         "the projection backward writes dK into the packed gradient's v slice and dV into k's",
+    ),
+    # The Hopper TMA path (opt-in): its workers run with BLOCKATTN_KERNEL_PATH=prefer-hopper.
+    Mutant(
+        "hopper-rows-past-block-not-zeroed",
+        "core",
+        HOPPER,
+        "return tl.where((tl.arange(0, BLOCK) < n)[:, None], x, tl.zeros_like(x))",
+        "return x",
+        "Hopper path: the rows a partial block's TMA box reads past its end (the next "
+        "sequence's) are not zeroed: its dO and q rows leak into dV and dK",
+        ci=True,
+        env=PREFER_HOPPER,
+    ),
+    Mutant(
+        "hopper-box-at-head-0",
+        "core",
+        HOPPER,
+        "x = desc.load([start.to(tl.int32), (h * HEAD_DIM).to(tl.int32)])",
+        "x = desc.load([start.to(tl.int32), 0])",
+        "Hopper path: every head's TMA box starts at head 0's columns",
+        env=PREFER_HOPPER,
     ),
 )
 

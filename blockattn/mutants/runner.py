@@ -77,8 +77,10 @@ class Outcome:
         return dict(self.__dict__)
 
 
-def _run_one(m: Mutant | None, plan: dict[str, Any], timeout_s: float) -> Outcome:
-    name = m.name if m else "control (unmodified)"
+def _run_one(m: Mutant | None, plan: dict[str, Any], timeout_s: float,
+             control_env: tuple[tuple[str, str], ...] = ()) -> Outcome:
+    env_note = " ".join(f"{k}={v}" for k, v in (m.env if m else control_env))
+    name = m.name if m else "control (unmodified" + (f", {env_note})" if env_note else ")")
     out = Outcome(name, m.group if m else "-", m.description if m else "no mutation", "error")
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="blockattn-mutant-") as tmp:
@@ -93,6 +95,7 @@ def _run_one(m: Mutant | None, plan: dict[str, Any], timeout_s: float) -> Outcom
             [str(root), src_root, *filter(None, [env.get("PYTHONPATH")])]
         )
         env["BLOCKATTN_MUTANT_ROOT"] = str(root)
+        env.update(dict(m.env if m else control_env))
         env.setdefault("OMP_NUM_THREADS", "1")  # workers run side by side
         cmd = [sys.executable, "-m", "blockattn.mutants.worker", "--plan", str(plan_p)]
         try:
@@ -149,8 +152,13 @@ def run_mutants(
     """(control outcome, one outcome per mutant in the given order)."""
     ctrl = None
     if control:
-        # The control runs every case: any failure there makes every "kill" meaningless.
-        ctrl = _run_one(None, {**plan, "keep_going": True}, timeout_s)
+        # The control runs every case: any failure there makes every "kill" meaningless. It
+        # runs again under each environment a selected mutant needs (the Hopper path's), and
+        # the first that fails is the one reported (else the last, which names its env).
+        for env in sorted({(), *(m.env for m in mutants)}):
+            ctrl = _run_one(None, {**plan, "keep_going": True}, timeout_s, env)
+            if ctrl.status != "passed":
+                break
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as ex:
         outs = list(ex.map(lambda m: _run_one(m, plan, timeout_s), mutants))
     return ctrl, outs

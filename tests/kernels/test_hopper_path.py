@@ -8,10 +8,11 @@ must be zeroed before any arithmetic. What is checked, on every path it can run 
   outputs so an unwritten element shows;
 - Inf/NaN in the rows a partial block's box reads past its end never reach that block's outputs;
 - `kernel_path` dispatch: a bad BLOCKATTN_KERNEL_PATH is named, a forced Hopper path that cannot
-  run says why, and auto never picks it without a measured config.
+  run says why, prefer-hopper falls back where it cannot run, and auto never picks it without a
+  measured config.
 On CPU the kernel source runs under the interpreter, whose runtime loop bounds break under
-numpy >= 2.4 (the portable path avoids its loop there); the `_loop_bounds` fixture patches only
-the interpreter's scalar-to-index conversion, for these tests.
+numpy >= 2.4 (the portable path avoids its loop there): attention_hopper patches the
+interpreter's scalar-to-index conversion on import, only under TRITON_INTERPRET=1.
 """
 
 from __future__ import annotations
@@ -30,18 +31,13 @@ H = 2
 
 
 @pytest.fixture
-def _loop_bounds(monkeypatch):
-    if DEVICE == "cuda":
-        return
-    import triton.runtime.interpreter as interp
+def _loop_bounds():
+    """The interpreter's runtime loop bounds need attention_hopper's shim (installed on import
+    under TRITON_INTERPRET=1); these tests are what exercise it."""
+    if DEVICE == "cpu":
+        import triton.runtime.interpreter as interp
 
-    original = interp._patch_lang_tensor
-
-    def patched(tensor, scope):
-        original(tensor, scope)
-        tensor.__index__ = lambda self: int(self.handle.data.reshape(-1)[0])
-
-    monkeypatch.setattr(interp, "_patch_lang_tensor", patched)
+        assert getattr(interp._patch_lang_tensor, "_blockattn_shim", False)
 
 
 def _inputs(D: int, dtype: torch.dtype, rotary: bool, seed: int):
@@ -111,13 +107,21 @@ def test_kernel_path_dispatch(monkeypatch) -> None:
     monkeypatch.setenv("BLOCKATTN_KERNEL_PATH", "portable")
     assert A.kernel_path("fwd", q, None, (q,)) == "portable"
     monkeypatch.setenv("BLOCKATTN_KERNEL_PATH", "hopper")
-    if not ON_SM90:
-        with pytest.raises(RuntimeError, match="BLOCKATTN_KERNEL_PATH=hopper"):
+    runs_here = ON_SM90 or DEVICE == "cpu"  # the interpreter runs the Hopper source too
+    if not runs_here:
+        with pytest.raises(RuntimeError, match="needs an sm_90 GPU"):
             A.kernel_path("fwd", q, None, (q,))
     strided = torch.zeros(4, 64, 2, dtype=torch.bfloat16, device=DEVICE).transpose(1, 2)
-    if ON_SM90:
+    if runs_here:
+        assert A.kernel_path("fwd", q, None, (q,)) == "hopper"
         with pytest.raises(RuntimeError, match="head-packed"):
             A.kernel_path("fwd", strided, None, (strided,))
+        q32 = q.float()
+        with pytest.raises(RuntimeError, match="float32"):
+            A.kernel_path("fwd", q32, None, (q32,))
+    monkeypatch.setenv("BLOCKATTN_KERNEL_PATH", "prefer-hopper")  # never raises
+    assert A.kernel_path("fwd", strided, None, (strided,)) == "portable"
+    assert A.kernel_path("fwd", q, None, (q,)) == ("hopper" if runs_here else "portable")
     monkeypatch.delenv("BLOCKATTN_KERNEL_PATH")
     monkeypatch.setattr(AH, "CONFIGS", {})  # auto: no measured config, no Hopper path
     assert A.kernel_path("fwd", q, None, (q,)) == "portable"
