@@ -8,6 +8,7 @@
 #            the false-alarm check over every distribution
 #   phase 4: every mutant with the Hopper path preferred (BLOCKATTN_KERNEL_PATH=prefer-hopper:
 #            wherever it can run), control included; the stage profile of the Hopper path
+#   phase 5: the Hopper mutants alone (each selects the path itself), control included
 # Usage: bash benchmarks/gpu_hopper.sh 1|2 OUTDIR
 set -uo pipefail
 phase=$1
@@ -41,6 +42,11 @@ elif [ "$phase" = 4 ]; then
     --out "$r/mutants_hopper"
   step stages_hopper timeout 150 python3 benchmarks/stage_profile.py --path hopper \
     --out "$r/stages_hopper" --head-dims 128
+elif [ "$phase" = 5 ]; then
+  step mutants_hopper_only timeout 200 python3 -m blockattn mutants --jobs 4 --tolerances v5 \
+    --baseline ci/baselines/h100/report.json --out "$r/mutants_hopper_only" \
+    --mutant hopper-rows-past-block-not-zeroed --mutant hopper-box-at-head-0 \
+    --mutant hopper-fwd-scale-missing --mutant hopper-bwd-log2e-missing
 else
   step pytest_hopper env BLOCKATTN_KERNEL_PATH=hopper timeout 200 python3 -m pytest -n 8 -q -p no:cacheprovider \
     tests/kernels/test_hopper_path.py tests/kernels/test_attention.py::test_empty_input \

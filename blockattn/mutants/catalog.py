@@ -264,6 +264,25 @@ CORE: tuple[Mutant, ...] = (
         "Hopper path: every head's TMA box starts at head 0's columns",
         env=PREFER_HOPPER,
     ),
+    Mutant(
+        "hopper-fwd-scale-missing",
+        "core",
+        HOPPER,
+        "o.stride(0), o.stride(1), sin.stride(0), scale * LOG2E,",
+        "o.stride(0), o.stride(1), sin.stride(0), LOG2E,",
+        "Hopper path: the forward launcher drops the softmax scale (the portable launcher's "
+        "scale mutants never run there)",
+        env=PREFER_HOPPER,
+    ),
+    Mutant(
+        "hopper-bwd-log2e-missing",
+        "core",
+        HOPPER,
+        "dv.stride(0), dv.stride(1), sin.stride(0), scale * LOG2E, scale,",
+        "dv.stride(0), dv.stride(1), sin.stride(0), scale, scale,",
+        "Hopper path: the backward recomputes P with exp2 of natural-log-domain logits",
+        env=PREFER_HOPPER,
+    ),
 )
 
 # Anchors in the rotary code (see module docstring): written last, re-checked on every run.
