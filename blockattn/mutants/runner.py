@@ -154,11 +154,16 @@ def run_mutants(
     if control:
         # The control runs every case: any failure there makes every "kill" meaningless. It
         # runs again under each environment a selected mutant needs (the Hopper path's), and
-        # the first that fails is the one reported (else the last, which names its env).
-        for env in sorted({(), *(m.env for m in mutants)}):
+        # the first that fails is the one reported.
+        envs = sorted({(), *(m.env for m in mutants)})
+        for env in envs:
             ctrl = _run_one(None, {**plan, "keep_going": True}, timeout_s, env)
             if ctrl.status != "passed":
                 break
+        else:
+            if len(envs) > 1:  # all passed: one outcome that names every environment
+                extra = "; ".join(" ".join(f"{k}={v}" for k, v in e) for e in envs[1:])
+                ctrl.name = f"control (unmodified, by default and under {extra})"
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as ex:
         outs = list(ex.map(lambda m: _run_one(m, plan, timeout_s), mutants))
     return ctrl, outs
