@@ -132,7 +132,8 @@ DEFAULT_CONFIG = HopperConfig(num_warps=4, num_stages=2, programs_per_sm=2)
 # D128 fwd 2.09 vs 1.91 ms (2 programs/SM, 2 stages), bwd 5.93 vs 4.25 ms; D64 fwd 1.22 vs
 # 0.96, bwd 2.32 vs 1.89; rotary D128 fwd 5.05 vs 3.14, bwd 14.5 vs 7.57. Automatic warp
 # specialisation (tl.range(warp_specialize=True)) was slower still where it compiled (plain fwd,
-# D64 bwd) and fails in Triton 3.6's NVGPUWarpSpecialization pass for the D128 and rotary bwd.
+# D64 bwd) and fails in Triton 3.6's NVGPUWarpSpecialization pass for the plain D128 bwd and
+# every rotary kernel (fwd and bwd).
 # Few resident programs, each waiting on its own chain, overlap less than the portable path's
 # many one-tile CTAs do. The path stays opt-in (BLOCKATTN_KERNEL_PATH=hopper) and tested.
 CONFIGS: dict[tuple[str, bool, int], HopperConfig] = {}
