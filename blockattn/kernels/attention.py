@@ -534,6 +534,8 @@ def kernel_path(kernel: str, q: Tensor, sinu_pos: Tensor | None, loaded: tuple[T
         return "portable"
     from blockattn.kernels import attention_hopper as AH  # imports this module: import late
 
+    if want == "auto" and (kernel, sinu_pos is not None, q.shape[2]) not in AH.CONFIGS:
+        return "portable"  # no measured config: skip the checks below on every launch
     why = None
     # The interpreter runs the Hopper kernels' source too (tests, mutants on CPU).
     on_sm90 = q.device.type == "cuda" and torch.cuda.get_device_capability(q.device) == (9, 0)
@@ -547,10 +549,7 @@ def kernel_path(kernel: str, q: Tensor, sinu_pos: Tensor | None, loaded: tuple[T
         if why:
             raise RuntimeError(f"BLOCKATTN_KERNEL_PATH=hopper cannot run: {why}")
         return "hopper"
-    if want == "prefer-hopper":
-        return "portable" if why else "hopper"
-    key = (kernel, sinu_pos is not None, q.shape[2])
-    return "hopper" if why is None and key in AH.CONFIGS else "portable"
+    return "portable" if why else "hopper"  # prefer-hopper, or auto with a measured config
 
 
 def attention_fwd(q: Tensor, k: Tensor, v: Tensor, table: TileTable, sinu_pos: Tensor | None,
