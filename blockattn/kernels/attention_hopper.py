@@ -15,11 +15,13 @@ A TMA box always reads BLOCK rows; rows past the tile's n valid tokens belong to
 sequence (or are zero past T). They are zeroed before any arithmetic, exactly as the portable
 masked loads give 0, so non-finite values there never reach this tile's outputs, and the outputs
 are stored with the same masked stores.
+
+Measured slower than the portable kernels in every config on an H100 (see CONFIGS), so nothing
+dispatches here by default: BLOCKATTN_KERNEL_PATH=hopper or prefer-hopper selects it.
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import torch
@@ -140,12 +142,7 @@ CONFIGS: dict[tuple[str, bool, int], HopperConfig] = {}
 
 
 def hopper_config(kernel: str, rotary: bool, head_dim: int) -> HopperConfig:
-    cfg = CONFIGS.get((kernel, rotary, head_dim), DEFAULT_CONFIG)
-    override = os.environ.get("BLOCKATTN_HOPPER_CONFIG")  # "warps,stages,per_sm,ws" (tuning)
-    if override:
-        w, s, p, ws = (int(x) for x in override.split(","))
-        cfg = HopperConfig(w, s, p, bool(ws))
-    return cfg
+    return CONFIGS.get((kernel, rotary, head_dim), DEFAULT_CONFIG)
 
 
 def _tma_ok(t: Tensor) -> bool:
