@@ -11,6 +11,10 @@ kernel to PTX and runs the ptxas that triton ships. For each variant this module
 - the shared memory Triton requests fits one CTA on the target.
 It also records registers, shared/tensor memory and an estimate of resident CTAs per SM.
 fp32 variants are not built for sm_100: blockattn rejects fp32 inputs on sm_100+ at run time.
+The opt-in Hopper TMA path (blockattn.kernels.attention_hopper, names ending "-hopper") is built
+for sm_90 only, in bf16/fp16: it must build, use tensor cores and issue TMA loads
+(`cp.async.bulk.tensor`); its spills are recorded, not gated, because no launch takes that path
+by default (its CONFIGS are empty: it was measured slower everywhere).
 
 The build must not see TRITON_INTERPRET=1: under it `@triton.jit` returns interpreter functions
 and `attention.INTERPRET` turns on the CPU shims. So the compiles always run in fresh worker
@@ -42,6 +46,8 @@ DTYPES = ("bf16", "fp16", "fp32")
 HEAD_DIMS = (64, 128)
 # "off": no sinu_pos; "rot": rotary on q, k and v (rotate_v=True); "rot-qk": rotate_v=False.
 ROTARY_MODES = ("off", "rot", "rot-qk")
+PATHS = ("portable", "hopper")  # hopper: the opt-in TMA path, sm_90, 16-bit inputs only
+TMA_OPCODE = "cp.async.bulk.tensor"
 TARGETS = {"sm_90": 90, "sm_100": 100}
 MMA_OPCODE = {90: "wgmma.mma_async", 100: "tcgen05.mma"}
 BLOCK_SIZE = 64
@@ -65,10 +71,12 @@ class Variant:
     dtype: str  # "bf16" | "fp16" | "fp32"
     head_dim: int
     rotary: str  # one of ROTARY_MODES
+    path: str = "portable"  # one of PATHS
 
     @property
     def name(self) -> str:
-        return f"{self.kernel}-{self.dtype}-d{self.head_dim}-{self.rotary}"
+        suffix = "" if self.path == "portable" else f"-{self.path}"
+        return f"{self.kernel}-{self.dtype}-d{self.head_dim}-{self.rotary}{suffix}"
 
 
 @dataclass
@@ -98,11 +106,13 @@ class Result:
 
 def all_variants() -> list[Variant]:
     return [
-        Variant(k, dt, d, r)
+        Variant(k, dt, d, r, p)
+        for p in PATHS
         for k in KERNELS
         for dt in DTYPES
         for d in HEAD_DIMS
         for r in ROTARY_MODES
+        if not (p == "hopper" and dt == "fp32")  # the Hopper path takes 16-bit inputs only
     ]
 
 
@@ -172,26 +182,32 @@ def _compile_one(variant: Variant, target: str) -> Result:
     from triton.compiler import ASTSource
 
     from blockattn.kernels import attention as A
+    from blockattn.kernels import attention_hopper as AH
 
     if A.INTERPRET:
         raise RuntimeError("compile-check worker imported blockattn with TRITON_INTERPRET=1")
     arch = TARGETS[target]
     res = Result(variant=variant.name, target=target)
-    fn = A._fwd_kernel if variant.kernel == "fwd" else A._bwd_kernel
+    hopper = variant.path == "hopper"
+    if hopper:
+        fn = AH._fwd_kernel_tma if variant.kernel == "fwd" else AH._bwd_kernel_tma
+    else:
+        fn = A._fwd_kernel if variant.kernel == "fwd" else A._bwd_kernel
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[variant.dtype]
     tl_dtype = variant.dtype
     # Flags come from the launcher's own helper so the check builds what attention_fwd launches.
     q = torch.empty(0, dtype=dtype, device="meta")
     sinu = None if variant.rotary == "off" else torch.empty(0, device="meta")  # fp32 table
     flags = A._flags(q, sinu, rotate_v=variant.rotary == "rot")
-    cfg = A.launch_config(variant.kernel, variant.rotary != "off", variant.head_dim, dtype)
-    constexprs: dict[str, Any] = dict(
-        PERSISTENT=cfg.programs_per_sm > 0,  # what a launch at shape P builds
-        H=N_HEADS,
-        HEAD_DIM=variant.head_dim,
-        BLOCK=max(16, triton.next_power_of_2(BLOCK_SIZE)),
-        **flags,
-    )
+    block = max(16, triton.next_power_of_2(BLOCK_SIZE))
+    constexprs: dict[str, Any] = dict(H=N_HEADS, HEAD_DIM=variant.head_dim, BLOCK=block, **flags)
+    if hopper:
+        hcfg = AH.hopper_config(variant.kernel, variant.rotary != "off", variant.head_dim)
+        cfg = A.LaunchConfig(hcfg.num_warps, hcfg.num_stages, hcfg.programs_per_sm, hcfg.maxnreg)
+        constexprs["WARP_SPECIALIZE"] = hcfg.warp_specialize
+    else:
+        cfg = A.launch_config(variant.kernel, variant.rotary != "off", variant.head_dim, dtype)
+        constexprs["PERSISTENT"] = cfg.programs_per_sm > 0  # what a launch at shape P builds
     signature: dict[str, str] = {}
     attrs: dict[tuple[int, ...], list[list[Any]]] = {}
     for i, p in enumerate(fn.params):
@@ -200,6 +216,8 @@ def _compile_one(variant: Variant, target: str) -> Result:
             if name not in constexprs:
                 raise RuntimeError(f"{fn.__name__}: constexpr {name} unknown to compile-check")
             signature[name] = "constexpr"
+        elif name.endswith("_desc"):  # Hopper path: a host TMA descriptor of (BLOCK, D) boxes
+            signature[name] = f"tensordesc<{tl_dtype}[{block}, {variant.head_dim}]>"
         elif name in _PTR_ARGS:
             if name == "SIN":
                 signature[name] = "*fp32" if sinu is not None else f"*{tl_dtype}"
@@ -243,6 +261,10 @@ def _compile_one(variant: Variant, target: str) -> Result:
     res.ctas_per_sm = ctas_per_sm(res.registers or 0, res.num_warps, res.smem + res.static_smem)
 
     res.mma_counts = count_mma(kernel.asm["ptx"])
+    if hopper:
+        res.mma_counts[TMA_OPCODE] = kernel.asm["ptx"].count(TMA_OPCODE)
+        if not res.mma_counts[TMA_OPCODE]:
+            res.failures.append(f"no {TMA_OPCODE} (TMA load) in the Hopper path's PTX")
     n_mma = res.mma_counts[MMA_OPCODE[arch]]
     if variant.dtype == "fp32" and res.mma_counts["tf32"]:
         # input_precision="ieee" promises full fp32 products; tf32 keeps 10 mantissa bits.
@@ -261,6 +283,9 @@ def _compile_one(variant: Variant, target: str) -> Result:
         # fp32 ieee dots are FMA loops over operand tiles that cannot fit registers: fp32 is the
         # exact-input reference path, checked for correctness, never a speed path.
         res.mma += f" (spills {res.spill_stores}/{res.spill_loads} B: fp32 exempt)"
+    elif spilled and hopper:
+        # Opt-in and measured slower everywhere: no default launch takes it (module docstring).
+        res.mma += f" (spills {res.spill_stores}/{res.spill_loads} B: opt-in path, recorded)"
     elif spilled:
         res.failures.append(
             f"spills: {res.spill_stores} B stores, {res.spill_loads} B loads "
@@ -334,7 +359,11 @@ def run_check(
             raise ValueError(f"unknown target {t!r}; choose from {', '.join(TARGETS)}")
     # fp32 is rejected at run time on sm_100+ (blockattn.ops: Triton 3.6 fails to compile its
     # rotary kernels there and lowers IEEE fp32 dots to tf32), so those builds ship nowhere.
-    tasks = [(v, t) for v in variants for t in targets if not (v.dtype == "fp32" and t == "sm_100")]
+    # The Hopper path is dispatched on sm_90 only.
+    tasks = [
+        (v, t) for v in variants for t in targets
+        if not ((v.dtype == "fp32" or v.path == "hopper") and t == "sm_100")
+    ]
     order = {(v.name, t): i for i, (v, t) in enumerate(tasks)}
     todo: queue.Queue[tuple[Variant, str]] = queue.Queue()
     for task in sorted(tasks, key=_cost, reverse=True):  # longest first: better packing

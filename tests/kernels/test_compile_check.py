@@ -1,7 +1,8 @@
 """AOT builds of the kernels for sm_90a / sm_100a on CPU (blockattn.compile_check).
 
 The quick tier builds one representative pair (bf16, D=128, rotary incl. v; fwd and bwd) on both
-targets; the full 36-variant x 2-target matrix is `slow`. Builds run in worker processes without
+targets and two variants of the opt-in Hopper path on sm_90; the full matrix (36 portable
+variants x 2 targets, 24 Hopper variants on sm_90) is `slow`. Builds run in worker processes without
 TRITON_INTERPRET, so these tests also show the check works under the conftest's interpreter env.
 """
 
@@ -28,8 +29,21 @@ ptxas info    : Used 255 registers, used 1 barriers, 280 bytes cumulative stack 
 
 def test_variant_matrix_is_complete() -> None:
     names = [v.name for v in cc.all_variants()]
-    assert len(names) == len(set(names)) == 2 * 3 * 2 * 3
+    # portable: kernel x dtype x head dim x rotary; Hopper path: the same without fp32
+    assert len(names) == len(set(names)) == 2 * 3 * 2 * 3 + 2 * 2 * 2 * 3
     assert "bwd-fp32-d64-rot-qk" in names
+    assert "bwd-bf16-d128-rot-hopper" in names and "fwd-fp32-d64-off-hopper" not in names
+
+
+def test_hopper_variants_build_with_tma_on_sm90_only() -> None:
+    """The opt-in TMA path must build for sm_90 with tensor cores and TMA loads (a break there is
+    invisible to the interpreter, which runs its source on CPU); it is never built for sm_100."""
+    pair = "fwd-bf16-d128-off-hopper,bwd-bf16-d64-off-hopper"
+    results = cc.run_check(cc.select_variants(pair), jobs=2)
+    assert [(r.variant, r.target) for r in results] == [(v, "sm_90") for v in pair.split(",")]
+    for r in results:
+        assert r.ok and r.error is None, f"{r.variant}: {r.error or r.failures}"
+        assert r.mma_counts[cc.MMA_OPCODE[90]] > 0 and r.mma_counts[cc.TMA_OPCODE] > 0, r
 
 
 def test_select_variants_globs() -> None:
@@ -112,7 +126,8 @@ def _known_full_matrix_spiller(r: cc.Result) -> bool:
 @pytest.mark.slow
 def test_full_matrix_passes() -> None:
     results = cc.run_check(cc.all_variants(), jobs=os.cpu_count())
-    assert len(results) == 72 - 12  # fp32 x 12 variants is not built for sm_100
+    # portable: fp32's 12 variants are not built for sm_100; Hopper path: 24 variants, sm_90 only
+    assert len(results) == 72 - 12 + 24
     bad = [
         f"{r.variant} {r.target}: {r.error or '; '.join(r.failures)}"
         for r in results
