@@ -199,7 +199,7 @@ def _compile_one(variant: Variant, target: str) -> Result:
     q = torch.empty(0, dtype=dtype, device="meta")
     sinu = None if variant.rotary == "off" else torch.empty(0, device="meta")  # fp32 table
     flags = A._flags(q, sinu, rotate_v=variant.rotary == "rot")
-    block = max(16, triton.next_power_of_2(BLOCK_SIZE))
+    block = A.block_rows(BLOCK_SIZE)
     constexprs: dict[str, Any] = dict(H=N_HEADS, HEAD_DIM=variant.head_dim, BLOCK=block, **flags)
     if hopper:
         hcfg = AH.hopper_config(variant.kernel, variant.rotary != "off", variant.head_dim)

@@ -494,6 +494,12 @@ def launch_config(kernel: str, rotary: bool, head_dim: int,
     return CONFIGS.get((kernel, rotary, head_dim), default)
 
 
+def block_rows(block_size: int) -> int:
+    """Rows of a tile (BLOCK): the block size rounded up to a power of two, at least 16 (the
+    smallest tl.dot operand); rows >= the block's valid tokens are masked."""
+    return max(16, triton.next_power_of_2(block_size))
+
+
 def _grid_size(n_tiles: int, device: torch.device, cfg: LaunchConfig) -> int:
     if n_tiles == 0:
         return 0
@@ -578,7 +584,7 @@ def _launch_fwd(q: Tensor, k: Tensor, v: Tensor, table: TileTable, sinu_pos: Ten
         q, k, v, o, sin, table.start, table.length, n_tiles, grid, triton.cdiv(n_tiles, grid),
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         o.stride(0), o.stride(1), sin.stride(0), scale * LOG2E,
-        H=H, HEAD_DIM=D, BLOCK=max(16, triton.next_power_of_2(block_size)),
+        H=H, HEAD_DIM=D, BLOCK=block_rows(block_size),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, maxnreg=cfg.maxnreg,
         PERSISTENT=grid < n_tiles, **_flags(q, sinu_pos, rotate_v),
     )  # fmt: skip
@@ -625,7 +631,7 @@ def _launch_bwd(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor, table: TileTa
         grad_out.stride(0), grad_out.stride(1), dq.stride(0), dq.stride(1),
         dk.stride(0), dk.stride(1), dv.stride(0), dv.stride(1), sin.stride(0),
         scale * LOG2E, scale,
-        H=H, HEAD_DIM=D, BLOCK=max(16, triton.next_power_of_2(block_size)),
+        H=H, HEAD_DIM=D, BLOCK=block_rows(block_size),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, maxnreg=cfg.maxnreg,
         PERSISTENT=grid < n_tiles, **_flags(q, sinu_pos, rotate_v, centred),
     )  # fmt: skip

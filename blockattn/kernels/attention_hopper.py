@@ -186,7 +186,7 @@ def attention_fwd(q: Tensor, k: Tensor, v: Tensor, o: Tensor, table: TileTable,
     grid = _grid(n_tiles, q.device, cfg)
     if grid == 0 or q.shape[0] == 0:  # T = 0: nothing to write (a TMA box needs rows)
         return o
-    BLOCK = max(16, triton.next_power_of_2(block_size))
+    BLOCK = A.block_rows(block_size)
     sin = sinu_pos if sinu_pos is not None else q
     _fwd_kernel_tma[(grid,)](
         _desc(q, BLOCK), _desc(k, BLOCK), _desc(v, BLOCK), o, sin,
@@ -210,7 +210,7 @@ def attention_bwd(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor,
     grid = _grid(n_tiles, q.device, cfg)
     if grid == 0 or q.shape[0] == 0:  # T = 0: nothing to write (a TMA box needs rows)
         return dq, dk, dv
-    BLOCK = max(16, triton.next_power_of_2(block_size))
+    BLOCK = A.block_rows(block_size)
     sin = sinu_pos if sinu_pos is not None else q
     _bwd_kernel_tma[(grid,)](
         _desc(q, BLOCK), _desc(k, BLOCK), _desc(v, BLOCK), _desc(grad_out, BLOCK),

@@ -77,10 +77,18 @@ class Outcome:
         return dict(self.__dict__)
 
 
+def _env_text(env: tuple[tuple[str, str], ...]) -> str:
+    return " ".join(f"{k}={v}" for k, v in env)
+
+
 def _run_one(m: Mutant | None, plan: dict[str, Any], timeout_s: float,
              control_env: tuple[tuple[str, str], ...] = ()) -> Outcome:
-    env_note = " ".join(f"{k}={v}" for k, v in (m.env if m else control_env))
-    name = m.name if m else "control (unmodified" + (f", {env_note})" if env_note else ")")
+    extra_env = m.env if m else control_env
+    if m:
+        name = m.name
+    else:
+        name = f"control (unmodified, {_env_text(control_env)})" if control_env else (
+            "control (unmodified)")
     out = Outcome(name, m.group if m else "-", m.description if m else "no mutation", "error")
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="blockattn-mutant-") as tmp:
@@ -95,7 +103,7 @@ def _run_one(m: Mutant | None, plan: dict[str, Any], timeout_s: float,
             [str(root), src_root, *filter(None, [env.get("PYTHONPATH")])]
         )
         env["BLOCKATTN_MUTANT_ROOT"] = str(root)
-        env.update(dict(m.env if m else control_env))
+        env.update(dict(extra_env))
         env.setdefault("OMP_NUM_THREADS", "1")  # workers run side by side
         cmd = [sys.executable, "-m", "blockattn.mutants.worker", "--plan", str(plan_p)]
         try:
@@ -162,7 +170,7 @@ def run_mutants(
                 break
         else:
             if len(envs) > 1:  # all passed: one outcome that names every environment
-                extra = "; ".join(" ".join(f"{k}={v}" for k, v in e) for e in envs[1:])
+                extra = "; ".join(_env_text(e) for e in envs[1:])
                 ctrl.name = f"control (unmodified, by default and under {extra})"
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as ex:
         outs = list(ex.map(lambda m: _run_one(m, plan, timeout_s), mutants))
