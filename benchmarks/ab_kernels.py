@@ -35,11 +35,11 @@ def main() -> int:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--rep-ms", type=float, default=200.0)
     args = ap.parse_args()
-    import blockattn.kernels.attention as kb
+    import blockattn.kernels.dispatch as kb
     from blockattn.bench.case import make_bench_case
     from blockattn.bench.measure import copy_ceiling, time_ms
-    from blockattn.harness.runner import device_info, git_commit
     from blockattn.kernels.tiles import build_tile_table
+    from blockattn.run.execute import device_info, git_commit
 
     ka = _load(args.a, "attention_a")
     dev = torch.device("cuda")

@@ -39,9 +39,11 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="B=16 instead of 256 (smoke test)")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
-    from blockattn.harness import env, tolerances
-    from blockattn.harness.runner import device_info, evaluate_case, git_commit
-    from blockattn.harness.spec import CaseSpec
+    from blockattn.cases.spec import CaseSpec
+    from blockattn.judge import tolerances
+    from blockattn.judge.evaluate import evaluate_case
+    from blockattn.run import env
+    from blockattn.run.execute import device_info, git_commit
 
     device = env.configure()
     tol = tolerances.load(args.tolerances or tolerances.latest_released(

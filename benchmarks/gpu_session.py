@@ -25,8 +25,8 @@ from triton.testing import do_bench
 
 import oracles
 from blockattn import block_attention
-from blockattn.cases import make_case
-from blockattn.kernels.attention import attention_bwd, attention_fwd
+from blockattn.cases.generate import make_case
+from blockattn.kernels.dispatch import attention_bwd, attention_fwd
 from blockattn.kernels.tiles import build_tile_table
 from blockattn.providers._common import rotary as eager_rotary
 from blockattn.providers.fa2 import _attention as fa2_attention

@@ -12,8 +12,8 @@ import math
 
 import torch
 
-from blockattn.cases import make_case
-from blockattn.kernels import attention as A
+from blockattn.cases.generate import make_case
+from blockattn.kernels import dispatch
 from blockattn.kernels.tiles import build_tile_table
 
 
@@ -23,8 +23,8 @@ def main() -> None:
     table = build_tile_table(case.offsets, case.q.shape[0], 64)
     scale = 1 / math.sqrt(128)
     for sinu in (None, case.sinu_pos):
-        A.attention_fwd(case.q, case.k, case.v, table, sinu, scale, 64, True)
-        A.attention_bwd(case.q, case.k, case.v, case.grad_out, table, sinu, scale, 64, True)
+        dispatch.attention_fwd(case.q, case.k, case.v, table, sinu, scale, 64, True)
+        dispatch.attention_bwd(case.q, case.k, case.v, case.grad_out, table, sinu, scale, 64, True)
     torch.cuda.synchronize()
 
 

@@ -28,7 +28,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a plain checkout too
 
 import oracles
-from blockattn.cases import make_case
+from blockattn.cases.generate import make_case
 
 PRODUCTION = {"B": 1152, "max_len": 4096, "sparsity": 0.7, "H": 4, "D": 128}
 SMALL = {"B": 8, "max_len": 256, "sparsity": 0.5, "H": 2, "D": 64}

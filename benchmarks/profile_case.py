@@ -15,7 +15,7 @@ import pstats
 import time
 from pathlib import Path
 
-from blockattn.harness import session
+from blockattn.run import session
 
 
 def main() -> None:
@@ -25,8 +25,8 @@ def main() -> None:
     ap.add_argument("--providers", default="blockattn,fa2")
     args = ap.parse_args()
     session.setup_device()
-    from blockattn.harness.plan import shape_p_specs
-    from blockattn.harness.runner import run_cases
+    from blockattn.cases.plan import shape_p_specs
+    from blockattn.pipeline import run_cases
 
     spec = next(s for s in shape_p_specs() if s.variant == args.shape_p)
     provs = args.providers.split(",")

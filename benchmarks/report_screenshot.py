@@ -4,7 +4,7 @@
 
 Builds a small report directory with passing and failing cases (a planted masking bug from
 tests/harness/harness_helpers.py, judged by tolerances v4 with the kernel's rule), renders it
-with blockattn.harness.report.render and screenshots report.html. Chromium: Debian's
+with blockattn.report.html.render and screenshots report.html. Chromium: Debian's
 `apt-get install chromium` (/usr/bin/chromium). tests/harness/test_report_browser.py uses the
 same functions.
 """
@@ -82,10 +82,13 @@ def build_failing_report(out: Path, command: str | None = None) -> dict[str, Any
     from harness_helpers import TOL_DIR, dump_toml, nomask_bug
 
     from blockattn import providers
-    from blockattn.harness import session, tolerances
-    from blockattn.harness.report import render
-    from blockattn.harness.runner import device_info, git_commit, run_cases
-    from blockattn.harness.spec import CaseSpec
+    from blockattn.cases.spec import CaseSpec
+    from blockattn.judge import tolerances
+    from blockattn.pipeline import run_cases
+    from blockattn.report import report_json
+    from blockattn.report.html import render
+    from blockattn.run import session
+    from blockattn.run.execute import device_info, git_commit
 
     def mask_bug(inputs, variant: str):
         """The kernel, except where a sequence ends in a partial block: there the padded keys
@@ -136,7 +139,7 @@ def build_failing_report(out: Path, command: str | None = None) -> dict[str, Any
         "finished": session.timestamp(),
         "command": command or shlex.join(sys.argv),
     }
-    session.write_report_json(out, records, meta, {"selfcheck": checks})
+    report_json.write_report_json(out, records, meta, {"selfcheck": checks})
     return render(records, out, partial=False, meta=meta, selfcheck=checks)
 
 

@@ -34,8 +34,9 @@ import triton.language as tl
 from triton.testing import do_bench
 
 from blockattn.bench.measure import copy_ceiling
-from blockattn.cases import make_case
+from blockattn.cases.generate import make_case
 from blockattn.kernels import attention as A
+from blockattn.kernels import dispatch
 from blockattn.kernels.tiles import TileTable, build_tile_table
 
 
@@ -118,9 +119,9 @@ def profile_head_dim(D: int, ceiling: float, doc: dict, out: Path) -> None:
 
             def run(tab: TileTable, kernel=kernel, sinu=sinu, outs=outs) -> None:
                 if kernel == "fwd":
-                    A.attention_fwd(q, k, v, tab, sinu, scale, 64, True, out=outs[0])
+                    dispatch.attention_fwd(q, k, v, tab, sinu, scale, 64, True, out=outs[0])
                 else:
-                    A.attention_bwd(q, k, v, do, tab, sinu, scale, 64, True, grads=outs)
+                    dispatch.attention_bwd(q, k, v, do, tab, sinu, scale, 64, True, grads=outs)
 
             variants = {
                 "full": functools.partial(run, table),

@@ -22,8 +22,9 @@ from pathlib import Path
 import torch
 from triton.testing import do_bench
 
-from blockattn.cases import make_case
+from blockattn.cases.generate import make_case
 from blockattn.kernels import attention as A
+from blockattn.kernels import dispatch
 from blockattn.kernels.tiles import build_tile_table
 
 
@@ -45,9 +46,9 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("--head-dims", default="128,64")
     ap.add_argument("--time-budget-s", type=float, default=400)
-    # The first H200 sweep (tune_d128_h200.json) found 8 warps 1.5-2x slower everywhere, stages
-    # without effect and persistent grids slower than one program per tile, so the defaults
-    # sweep the register cap: it sets how many CTAs (and so loads in flight) fit on an SM.
+    # The first H200 sweep (results/h200_2026-11-21/tune_d128.json) found 8 warps 1.5-2x slower
+    # everywhere, stages without effect and persistent grids slower than one program per tile,
+    # so the defaults sweep the register cap: it sets how many CTAs (loads in flight) fit on an SM.
     ap.add_argument("--warps", type=_ints, default=(4,))
     ap.add_argument("--stages", type=_ints, default=(1,))
     ap.add_argument("--programs-per-sm", type=_ints, default=(0,))
@@ -75,13 +76,13 @@ def main() -> None:
             default = A.launch_config(*key)
             if kernel == "fwd":
                 outs = (torch.empty_like(q),)
-                fn = functools.partial(A.attention_fwd, q, k, v, table, sinu, scale, 64, True,
-                                       out=outs[0])
+                fn = functools.partial(dispatch.attention_fwd, q, k, v, table, sinu, scale, 64,
+                                       True, out=outs[0])
                 nbytes = 4 * tb
             else:
                 outs = tuple(torch.empty_like(q) for _ in range(3))
-                fn = functools.partial(A.attention_bwd, q, k, v, do, table, sinu, scale, 64, True,
-                                       grads=outs)
+                fn = functools.partial(dispatch.attention_bwd, q, k, v, do, table, sinu, scale, 64,
+                                       True, grads=outs)
                 nbytes = 7 * tb
             if rotary:
                 nbytes += sinu.numel() * sinu.element_size()

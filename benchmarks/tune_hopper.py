@@ -39,12 +39,12 @@ GRID = {
 def _launch(path: str, kernel: str, q, k, v, do, table, sinu, scale, outs):
     if kernel == "fwd":
         if path == "portable":
-            return functools.partial(A._launch_fwd, q, k, v, table, sinu, scale, 64, True,
+            return functools.partial(A.launch_fwd, q, k, v, table, sinu, scale, 64, True,
                                      outs[0])
-        return functools.partial(AH.attention_fwd, q, k, v, outs[0], table, sinu, scale, 64, True)
+        return functools.partial(AH.launch_fwd, q, k, v, outs[0], table, sinu, scale, 64, True)
     if path == "portable":
-        return functools.partial(A._launch_bwd, q, k, v, do, table, sinu, scale, 64, True, outs)
-    return functools.partial(AH.attention_bwd, q, k, v, do, outs, table, sinu, scale, 64, True)
+        return functools.partial(A.launch_bwd, q, k, v, do, table, sinu, scale, 64, True, outs)
+    return functools.partial(AH.launch_bwd, q, k, v, do, outs, table, sinu, scale, 64, True)
 
 
 def containment(kernel: str, rotary: bool, D: int) -> dict:

@@ -33,7 +33,7 @@ def version_string() -> str:
         ver = version("blockattn")
     except PackageNotFoundError:
         ver = "unknown (not installed)"
-    from blockattn.harness.runner import git_commit
+    from blockattn.run.execute import git_commit
 
     parts = [f"blockattn {ver}", f"commit {git_commit()}"]
     for mod in ("torch", "triton"):

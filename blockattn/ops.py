@@ -18,7 +18,8 @@ import math
 import torch
 from torch import Tensor
 
-from blockattn.kernels.attention import INTERPRET, attention_bwd, attention_fwd
+from blockattn.kernels.dispatch import attention_bwd, attention_fwd
+from blockattn.kernels.tile_math import INTERPRET
 from blockattn.kernels.tiles import build_tile_table
 from blockattn.validation import SUPPORTED_DTYPES, check_attention_inputs
 

@@ -3,7 +3,7 @@
     pytest --blockattn-provider mypkg.attn:block_attention
 
 adds one test per case of the plan that `blockattn run` would select with the same filters
-(corpus + a seeded fuzz sample, `blockattn.harness.plan.plan_specs` through `run.resolve_plan`):
+(corpus + a seeded fuzz sample, `blockattn.cases.plan.plan_specs` through `run.resolve_plan`):
 `blockattn::test_blockattn[<case name>]`, plus `blockattn::test_blockattn_judge` (the
 known-answer self-test of the judge that every `blockattn gate` runs first). Each case is judged
 by `verdict.evaluate` against the tolerance file (default: the newest released one for the
@@ -35,7 +35,7 @@ import pytest
 # torch-free imports only: this module is imported by every pytest run of an environment
 # where blockattn is installed (entry point `pytest11`), before TRITON_INTERPRET is decided.
 from blockattn.commands._options import dtype_name, int_at_least
-from blockattn.harness.names import DISTRIBUTIONS, VARIANTS
+from blockattn.names import DISTRIBUTIONS, VARIANTS
 
 PLUGIN_NAME = "blockattn-session"
 MAX_FAILURES_SHOWN = 5
@@ -110,7 +110,7 @@ def setup_environment() -> str:
     global _DEVICE
     if _DEVICE is not None:
         return _DEVICE
-    from blockattn.harness import env  # torch-free module; blockattn/__init__ is lazy
+    from blockattn.run import env  # torch-free module; blockattn/__init__ is lazy
 
     late = False
     if "TRITON_INTERPRET" not in os.environ and not env._visible_gpu_ids():
@@ -147,9 +147,9 @@ class BlockattnCase:
     """One judged case: what `blockattn_case` gives a user's test, and what the plugin's own
     tests assert on."""
 
-    spec: Any  # blockattn.harness.spec.CaseSpec
+    spec: Any  # blockattn.cases.spec.CaseSpec
     record: dict[str, Any] | None = None  # the results.jsonl record (None: skipped before running)
-    verdict: Any = None  # blockattn.harness.verdict.Verdict
+    verdict: Any = None  # blockattn.judge.verdict.Verdict
     skip_reason: str | None = None  # declared unsupported by the kernel under test
     replay: str | None = None  # `blockattn replay ...` (failures only)
 
@@ -187,7 +187,7 @@ class Plan:
     providers: list[str]
     profile: str
     specs: list[Any]
-    tol: Any  # blockattn.harness.tolerances.Tolerances
+    tol: Any  # blockattn.judge.tolerances.Tolerances
     repro_dir: Path
     labels: list[str] = field(default_factory=list)
 
@@ -208,7 +208,7 @@ class BlockattnSession:
             raise pytest.UsageError("--blockattn-corpus-only and --blockattn-fuzz-only: pick one")
         tol = o("blockattn_tolerances")
         if tol is not None:
-            from blockattn.harness.tolerances import resolve_path
+            from blockattn.judge.tolerances import resolve_path
 
             tol = resolve_path(tol)
         return argparse.Namespace(
@@ -252,8 +252,10 @@ class BlockattnSession:
     def judge(self, spec: Any) -> BlockattnCase:
         """Run one case like `blockattn run`/`gate` do and judge it by the same verdict."""
         from blockattn import providers
-        from blockattn.harness import verdict
-        from blockattn.harness.runner import device_info, evaluate_case, write_reproducer
+        from blockattn.judge import verdict
+        from blockattn.judge.evaluate import evaluate_case
+        from blockattn.pipeline import write_reproducer
+        from blockattn.run.execute import device_info
 
         p = self.plan()
         why = providers.get(p.under_test).supports.refusal(
@@ -360,10 +362,10 @@ class BlockattnItem(_Item):
 
 
 class JudgeSelfTest(_Item):
-    """Known-answer tests of the judge (`blockattn/harness/selftest.py`), as `gate` runs them."""
+    """Known-answer tests of the judge (`blockattn/judge/selftest.py`), as `gate` runs them."""
 
     def runtest(self) -> None:
-        from blockattn.harness.selftest import run_selftest
+        from blockattn.judge.selftest import run_selftest
 
         p = self.state.plan()
         problems = run_selftest(p.tol, p.under_test, p.device)

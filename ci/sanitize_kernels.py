@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch
 
 import blockattn
-from blockattn.cases import make_case
+from blockattn.cases.generate import make_case
 
 LENGTHS = [0, 1, 70, 64, 33]  # 5 blocks: 1, 64, 6, 64, 33 tokens
 H = 2

@@ -2,7 +2,7 @@
 
 Order matters: `blockattn/__init__` imports the Triton kernels, and TRITON_INTERPRET is read when
 they are defined, so the environment (xdist GPU pin, interpreter on CPU) is configured here by
-loading blockattn/harness/env.py *by path* - importing it as `blockattn.harness.env` would run
+loading blockattn/run/env.py *by path* - importing it as `blockattn.run.env` would run
 `blockattn/__init__` first.
 """
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-_ENV_PY = Path(__file__).resolve().parents[1] / "blockattn" / "harness" / "env.py"
+_ENV_PY = Path(__file__).resolve().parents[1] / "blockattn" / "run" / "env.py"
 _spec = importlib.util.spec_from_file_location("_blockattn_env_bootstrap", _ENV_PY)
 _env = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_env)
@@ -22,7 +22,7 @@ DEVICE = _env.configure()  # pins gwN -> one GPU, sets TRITON_INTERPRET=1 withou
 
 from hypothesis import settings  # noqa: E402  (after the environment is configured)
 
-from blockattn.harness import strategies  # noqa: E402  (registers the ci/gpu/nightly profiles)
+from blockattn.cases import strategies  # noqa: E402  (registers the ci/gpu/nightly profiles)
 
 # --hypothesis-profile (Hypothesis' own pytest option) is applied after this and wins; the env
 # var picks a profile for tools that cannot pass pytest options.

@@ -160,7 +160,7 @@ def test_fill_convention_matches_tritonbench_formula() -> None:
     assert torch.equal(draw_lengths_fill(3, L, 1.0, g), torch.full((3,), L))
     assert torch.equal(draw_lengths_fill(3, L, 0.0, g), torch.zeros(3, dtype=torch.int64))
     # Ours reads the same 0.7 as the EMPTY fraction: mean (1 - 0.7) L, a 2.33x smaller T.
-    from blockattn.cases import draw_lengths
+    from blockattn.cases.generate import draw_lengths
 
     ours = draw_lengths(100_000, L, 0.7, g)
     assert float(ours.double().mean()) == pytest.approx(0.3 * L, rel=5e-3)
@@ -239,3 +239,21 @@ def test_peak_memory_target_catches_a_saved_logsumexp() -> None:
         for t in _targets([_fwdbwd_row(200 * 1024 + lse)], "P")
     )
     assert _peak_beyond_outputs(None) == (None, None)
+
+
+def test_bench_entries_are_the_providers_own_timings() -> None:
+    # One provider concept: every bench entry is a `Timing` a suite provider declares; the bench
+    # defines none of its own (the names are the bench's row names since the first H200 run).
+    from blockattn import providers
+    from blockattn.bench.entries import builtin_entries, entries
+
+    owned = {t.name: p.name for p in providers.all_providers().values()
+             for t in providers.timings_of(p)}  # fmt: skip
+    assert set(entries()) == set(owned)
+    assert set(builtin_entries()) == {
+        "blockattn", "blockattn_rotary", "fa2", "fa2_rotary_eager", "fa2_rotary_compiled",
+        "sdpa_cudnn", "flex", "eager",
+    }  # fmt: skip
+    assert {owned[n] for n in ("fa2_rotary_eager", "fa2_rotary_compiled")} == {"fa2"}
+    for name, t in builtin_entries().items():
+        assert t.rotary == ("rotary" in name), name

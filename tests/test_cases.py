@@ -11,7 +11,7 @@ import math
 import pytest
 import torch
 
-from blockattn.cases import (
+from blockattn.cases.generate import (
     DISTRIBUTIONS,
     NEGATIVE_ROW_FRACTION,
     Case,

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from blockattn.harness.names import DISTRIBUTIONS
+from blockattn.names import DISTRIBUTIONS
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_CLAIMS = REPO_ROOT / "claims" / "claims.toml"

@@ -81,8 +81,8 @@ def _sync() -> None:
 def _probe(prov: Any, c: Claim) -> str | None:
     """What the provider itself says on a 1-token case (its Unsupported), or None."""
     from blockattn import providers as registry
-    from blockattn.harness.inputs import build_inputs
-    from blockattn.harness.spec import CaseSpec
+    from blockattn.cases.inputs import build_inputs
+    from blockattn.cases.spec import CaseSpec
 
     spec = CaseSpec(lengths=(1,), H=1, D=c.D, dtype=c.dtype, variant=c.variant, name="probe")
     try:
@@ -100,7 +100,7 @@ def refusal(kernel: str, c: Claim, device: str, arch: str) -> str | None:
     The provider's declared Supports decide; when they refuse, the provider's own Unsupported
     (e.g. "ads_model_kernel_library is not importable") is added to the reason."""
     from blockattn import providers as registry
-    from blockattn.harness.spec import CaseSpec
+    from blockattn.cases.spec import CaseSpec
 
     prov = registry.get(kernel)
     spec = CaseSpec(D=c.D, dtype=c.dtype, variant=c.variant, name="audit")
@@ -197,9 +197,9 @@ def accuracy_config(
 
     With `tol_set` (a set of (rtol, atol)) the FP32 reference is built and compared too."""
     from blockattn import providers as registry
-    from blockattn.harness.inputs import build_inputs
-    from blockattn.harness.reference import oracle_outputs
-    from blockattn.harness.spec import CaseSpec
+    from blockattn.cases.inputs import build_inputs
+    from blockattn.cases.spec import CaseSpec
+    from blockattn.run.oracle import oracle_outputs
 
     variant, D, dtype, B, max_len, sparsity, H, dist = key
     spec = CaseSpec(
@@ -286,11 +286,12 @@ def timing_provider(kernel: str, variant: str) -> str:
     """The timed callable of `kernel` for `variant`: a bench provider, or "kernel:NAME" for a
     provider that carries an attention callable (outside kernels)."""
     from blockattn import providers as registry
-    from blockattn.bench.providers import PROVIDERS
+    from blockattn.bench.entries import builtin_entries
 
     rot = variant == "rotary"
     name = f"{kernel}_rotary" if rot else kernel
-    if name in PROVIDERS and PROVIDERS[name].rotary == rot:
+    known = builtin_entries()
+    if name in known and known[name].rotary == rot:
         return name
     if registry.get(kernel).kernel is not None:
         return f"kernel:{kernel}" + ("@rotary" if rot else "")
@@ -315,7 +316,8 @@ class SpeedSession:
 
     def _prepare(self, provider: str) -> Any:
         from blockattn import providers as registry
-        from blockattn.bench.providers import PROVIDERS, Unsupported, from_provider
+        from blockattn.bench.entries import builtin_entries
+        from blockattn.providers._timing import kernel_timing
 
         try:
             if provider.startswith("kernel:"):
@@ -323,11 +325,12 @@ class SpeedSession:
                 rotary = provider.endswith("@rotary")
                 name = name.removesuffix("@rotary")
                 # The bench's own adapter: timed exactly as `blockattn bench` times it.
-                return from_provider(registry.get(name), rotary).prepare(self.case)
-            if provider not in PROVIDERS:
-                raise ValueError(f"unknown bench provider {provider!r}; known {sorted(PROVIDERS)}")
-            return PROVIDERS[provider].prepare(self.case)
-        except (Unsupported, registry.Unsupported) as exc:
+                return kernel_timing(registry.get(name), rotary).prepare(self.case)
+            known = builtin_entries()
+            if provider not in known:
+                raise ValueError(f"unknown bench provider {provider!r}; known {sorted(known)}")
+            return known[provider].prepare(self.case)
+        except registry.Unsupported as exc:
             return NotRunnable(f"{provider}: {exc}")
 
     def time(self, provider: str, pas: str) -> float:

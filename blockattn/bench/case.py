@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from blockattn.cases import draw_lengths, make_sinu_pos, offsets_from_lengths
+from blockattn.cases.generate import draw_lengths, make_sinu_pos, offsets_from_lengths
 
 BLOCK = 64
 SPARSITY_CONVENTIONS = ("empty", "fill")

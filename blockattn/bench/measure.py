@@ -82,3 +82,15 @@ def copy_ceiling(n_bytes: int, warmup_ms: float, rep_ms: float, smoke: bool) -> 
         "tbps": moved / (ms * 1e-3) / 1e12,
         "method": "dst.copy_(src) bf16, median" + (" wall clock" if smoke else " do_bench"),
     }
+
+
+def top_kernels(fn: Callable[[], Any], n: int = 3) -> str:
+    """Names of the n GPU kernels taking the most time in one call (which backend really ran)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    evs = [e for e in prof.key_averages() if getattr(e, "device_time_total", 0) > 0]
+    evs.sort(key=lambda e: e.device_time_total, reverse=True)
+    return " | ".join(e.key[:90] for e in evs[:n])

@@ -29,7 +29,10 @@ import torch
 
 from blockattn.bench import measure, projection, report
 from blockattn.bench.case import SPARSITY_CONVENTIONS, BenchCase, make_bench_case
-from blockattn.bench.providers import PROVIDERS, Unsupported, flash_info, top_kernels
+from blockattn.bench.entries import entry
+from blockattn.bench.measure import top_kernels
+from blockattn.providers import Unsupported
+from blockattn.providers.fa2 import flash_info
 
 PASSES = ("fwd", "bwd", "fwdbwd")
 CORE = ("blockattn", "blockattn_rotary", "fa2", "fa2_rotary_eager", "fa2_rotary_compiled")
@@ -191,7 +194,7 @@ class _Budget:
 def _row(case: BenchCase, spec: CaseSpec, prov: str, pas: str, **kw: Any) -> dict[str, Any]:
     row = {**case.describe(), "group": spec.group, "provider": prov, "pass": pas}
     # Projection entries are not providers: they always run the fused rotary path.
-    row["rotary"] = PROVIDERS[prov].rotary if spec.group != "projection" else True
+    row["rotary"] = entry(prov).rotary if spec.group != "projection" else True
     row.update(kw)
     return row
 
@@ -208,7 +211,7 @@ def pass_bytes(case: BenchCase, pas: str, rotary: bool) -> int:
 def _run_provider(
     cfg: BenchConfig, case: BenchCase, spec: CaseSpec, name: str, state: report.State, b: _Budget
 ) -> None:
-    prov = PROVIDERS[name]
+    prov = entry(name)
     rep_ms = cfg.rep_ms if spec.group in ("main", "extra") else cfg.sweep_rep_ms
     need = EXTRAS.get(name, 0.0)
     if b.left() <= need:

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from blockattn.harness.spec import DTYPES
+from blockattn.dtypes import DTYPES
 
 # (significand bits p incl. the implicit one, emin) of the output formats.
 FORMAT: dict[str, tuple[int, int]] = {"bfloat16": (8, -126), "float16": (11, -14),

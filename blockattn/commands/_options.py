@@ -10,8 +10,8 @@ import argparse
 import re
 from typing import Any
 
-from blockattn.harness.names import DISTRIBUTIONS, DTYPE_ALIASES, DTYPE_NAMES, VARIANTS
-from blockattn.harness.plan import Selection
+from blockattn.cases.plan import Selection
+from blockattn.names import DISTRIBUTIONS, DTYPE_ALIASES, DTYPE_NAMES, VARIANTS
 
 PROVIDER_HELP = (
     "an outside kernel: [NAME=]MODULE:CALLABLE, a callable with block_attention's signature "

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from blockattn.harness.names import DISTRIBUTIONS
+from blockattn.names import DISTRIBUTIONS
 
 HELP = (
     "audit the accuracy and speed claims (claims/claims.toml), each on the kernel it is about: "
@@ -86,7 +86,7 @@ def _versions() -> dict[str, Any]:
     import torch
     import triton
 
-    from blockattn.harness.runner import device_info, git_commit
+    from blockattn.run.execute import device_info, git_commit
 
     info = device_info()
     return {
@@ -147,8 +147,8 @@ def main(args: argparse.Namespace) -> int:
     from blockattn import providers as registry
     from blockattn.audit import claims as claims_mod
     from blockattn.audit import measure
-    from blockattn.harness import session
-    from blockattn.harness.runner import device_info
+    from blockattn.run import session
+    from blockattn.run.execute import device_info
 
     if args.seeds is not None and args.seeds < 1:
         raise ValueError(f"--seeds must be >= 1, got {args.seeds}")

@@ -86,7 +86,7 @@ def main(args: argparse.Namespace) -> int:
         return _reexec(args)
     from blockattn import providers as registry
     from blockattn.bench import BenchConfig, run_benchmark
-    from blockattn.bench.providers import PROVIDERS, add_outside
+    from blockattn.bench.entries import add_outside, entries
     from blockattn.bench.report import summary_markdown
 
     outside: tuple[str, ...] = ()
@@ -95,9 +95,10 @@ def main(args: argparse.Namespace) -> int:
     providers = None
     if args.providers:
         providers = tuple(p.strip() for p in args.providers.split(",") if p.strip()) + outside
-        unknown = set(providers) - set(PROVIDERS)
+        known = entries()
+        unknown = set(providers) - set(known)
         if unknown:
-            raise ValueError(f"unknown providers {sorted(unknown)}; known: {sorted(PROVIDERS)}")
+            raise ValueError(f"unknown providers {sorted(unknown)}; known: {sorted(known)}")
     cfg = BenchConfig(
         out=args.out,
         quick=args.quick,

@@ -38,7 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
-    from blockattn.compile_check import format_markdown, run_check, select_variants
+    from blockattn.kernels.compile_check import format_markdown, run_check, select_variants
 
     variants = select_variants(args.variants)
     if args.list:

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from blockattn.harness.tolerances import resolve_path as _tol_path
+from blockattn.judge.tolerances import resolve_path as _tol_path
 
 HELP = (
     "run the gate's plan (corpus once + seeded fuzz) on the unmodified kernels over N fuzz seeds "
@@ -40,7 +40,7 @@ def _every_distribution(specs: list) -> list:
     """Each fuzz spec once per input distribution (corpus specs unchanged)."""
     import dataclasses
 
-    from blockattn.cases import DISTRIBUTIONS
+    from blockattn.cases.generate import DISTRIBUTIONS
 
     out = []
     for s in specs:
@@ -53,8 +53,10 @@ def _every_distribution(specs: list) -> list:
 
 def main(args: argparse.Namespace) -> int:
     from blockattn.commands.run import load_tolerances, resolve_plan
-    from blockattn.harness import session, verdict
-    from blockattn.harness.runner import device_info, git_commit, run_cases
+    from blockattn.judge import verdict
+    from blockattn.pipeline import run_cases
+    from blockattn.run import session
+    from blockattn.run.execute import device_info, git_commit
 
     for name in ("seeds", "fuzz"):
         if getattr(args, name) < 1:

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from blockattn.harness.tolerances import resolve_path as _tol_path
+from blockattn.judge.tolerances import resolve_path as _tol_path
 
 HELP = (
     "gate kernel numerics against blockattn/tolerances/vN.toml (exit 0 pass, 1 numeric failure or "
@@ -59,12 +59,14 @@ def _device_of(records: list[dict]) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
-    from blockattn.harness import session, tolerances, verdict
-    from blockattn.harness.summarize import (
+    from blockattn.judge import tolerances, verdict
+    from blockattn.report import report_json
+    from blockattn.report.summarize import (
         elementwise_markdown,
         markdown_tables,
         verdict_markdown,
     )
+    from blockattn.run import results, session
 
     tol = tolerances.load(args.tolerances)  # ToleranceError is a ValueError -> exit 2
     problems = tolerances.check_manifest(args.tolerances.parent)
@@ -79,13 +81,13 @@ def main(args: argparse.Namespace) -> int:
         raise ValueError("--fuzz-only needs --fuzz N (N >= 1): a gate over no case shows nothing")
     if args.baseline is not None:
         try:
-            baseline_cases = {r["case_id"]: r for r in session.load_report_cases(args.baseline)}
+            baseline_cases = {r["case_id"]: r for r in results.load_report_cases(args.baseline)}
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise ValueError(f"--baseline {args.baseline}: unreadable ({exc})") from exc
         if not baseline_cases:
             raise ValueError(f"--baseline {args.baseline}: holds no case")
     if args.report is not None:
-        records = session.load_report_cases(args.report)
+        records = results.load_report_cases(args.report)
         out = args.report
         if not records:
             raise ValueError(f"{args.report}: no results to gate")
@@ -98,7 +100,7 @@ def main(args: argparse.Namespace) -> int:
         _clear_stale_reproducers(Path(out))
     else:
         from blockattn.commands.run import resolve_plan
-        from blockattn.harness.runner import run_cases
+        from blockattn.pipeline import run_cases
 
         device = session.setup_device()
         ut = ut or tol.under_test
@@ -124,9 +126,9 @@ def main(args: argparse.Namespace) -> int:
             progress=not args.no_progress,
         )
     verdicts = [verdict.evaluate(r, tol, ut) for r in records]
-    from blockattn.harness.gate_rules import decide
-    from blockattn.harness.runner import write_reproducer
-    from blockattn.harness.selftest import run_selftest
+    from blockattn.judge.gate_rules import decide
+    from blockattn.judge.selftest import run_selftest
+    from blockattn.pipeline import write_reproducer
 
     decision = decide(records, verdicts, baseline_cases, tol, ut)
     # Every failing case gets a reproducer + replay command judged by *this* tolerance file:
@@ -159,7 +161,7 @@ def main(args: argparse.Namespace) -> int:
     ]
     lines += [f"- ❌ {why}" for why in decision.reasons if decision.failed] or []
     if not selftest and tol.schema >= 2:
-        lines.append("\nJudge self-test (known answers, `blockattn/harness/selftest.py`): ✅")
+        lines.append("\nJudge self-test (known answers, `blockattn/judge/selftest.py`): ✅")
     if tol.data["status"] != "released":
         lines.append("\n> ⚠️ tolerance file is not released (status = proposed)")
     if bases - {tol.baseline}:
@@ -192,7 +194,7 @@ def main(args: argparse.Namespace) -> int:
     ]
     md = "\n".join(lines) + "\n"
     if args.report is None:  # the gate ran the cases: its directory gets a full report.json
-        from blockattn.harness.runner import device_info, git_commit
+        from blockattn.run.execute import device_info, git_commit
 
         meta = {
             **device_info(), "commit": git_commit(), "kind": "gate", "under_test": ut,
@@ -205,7 +207,7 @@ def main(args: argparse.Namespace) -> int:
             "n_cases": len(records), "finished": session.timestamp(),
             "decision": {"failed": failed, "reasons": decision.reasons},
         }  # fmt: skip
-        session.write_report_json(Path(out), records, meta)
+        report_json.write_report_json(Path(out), records, meta)
     try:
         Path(out, "gate.md").write_text(md)
     except OSError as exc:

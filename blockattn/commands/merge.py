@@ -22,7 +22,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _options(d: Path) -> dict:
-    from blockattn.harness.session import RUN_OPTIONS
+    from blockattn.run.session import RUN_OPTIONS
 
     p = d / RUN_OPTIONS
     if not p.is_file():
@@ -31,8 +31,9 @@ def _options(d: Path) -> dict:
 
 
 def main(args: argparse.Namespace) -> int:
-    from blockattn.harness import session
-    from blockattn.harness.results import ResultsWriter, load_records
+    from blockattn.report import report_json
+    from blockattn.run import session
+    from blockattn.run.results import ResultsWriter, load_records
 
     if args.out.exists() and any(args.out.iterdir()):
         raise ValueError(f"--out {args.out}: exists and is not empty")
@@ -97,7 +98,7 @@ def main(args: argparse.Namespace) -> int:
         "finished": session.timestamp(),
     }
     (args.out / session.RUN_OPTIONS).write_text(json.dumps(strip(first), indent=1) + "\n")
-    session.write_report_json(args.out, records, meta)
+    report_json.write_report_json(args.out, records, meta)
     print(f"merged {len(records)} cases from {n} shards into {args.out}; judge with "
           f"`blockattn gate --report {args.out} --tolerances ...`")  # fmt: skip
     return 0

@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from blockattn.harness.tolerances import resolve_path as _tol_path
+from blockattn.judge.tolerances import resolve_path as _tol_path
 
 HELP = (
     "apply each planted bug to a copy of the package, run the quick tier (cpu corpus + seeded "
@@ -73,9 +73,9 @@ def _markdown(ctrl, outs, meta: dict) -> str:
 
 def main(args: argparse.Namespace) -> int:
     from blockattn.commands.run import load_tolerances
-    from blockattn.harness import env, session
-    from blockattn.harness.runner import device_info
     from blockattn.mutants import catalog, runner
+    from blockattn.run import env, results, session
+    from blockattn.run.execute import device_info
 
     mutants = catalog.by_name(args.mutant)
     if args.group:
@@ -101,7 +101,7 @@ def main(args: argparse.Namespace) -> int:
         device, str(Path(tol.path).resolve()), args.fuzz, args.seed, args.keep_going
     )
     if args.baseline is not None:
-        if not session.load_report_cases(args.baseline):
+        if not results.load_report_cases(args.baseline):
             raise ValueError(f"--baseline {args.baseline}: holds no case")
         plan["baseline_report"] = str(args.baseline.resolve())
     info = device_info()

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from blockattn.harness.tolerances import resolve_path as _tol_path
+from blockattn.judge.tolerances import resolve_path as _tol_path
 
 HELP = "re-run one failing case from its reproducer (repro/<case_id>.json) and show its metrics"
 
@@ -23,9 +23,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from blockattn.harness import session, tolerances, verdict
-    from blockattn.harness.runner import default_providers, evaluate_case
-    from blockattn.harness.spec import CaseSpec
+    from blockattn.cases.spec import CaseSpec
+    from blockattn.judge import tolerances, verdict
+    from blockattn.judge.evaluate import evaluate_case
+    from blockattn.run import session
+    from blockattn.run.execute import default_providers
 
     src = Path(args.repro)
     try:

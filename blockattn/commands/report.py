@@ -40,8 +40,8 @@ def load_report_json(d: Path) -> dict[str, Any] | None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from blockattn.harness.report import read_gate_md, render
-    from blockattn.harness.results import RESULTS, load_records
+    from blockattn.report.html import read_gate_md, render
+    from blockattn.run.results import RESULTS, load_records
 
     report = load_report_json(args.dir)
     torn: list[int] = []

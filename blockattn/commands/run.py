@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from blockattn.harness.tolerances import resolve_path as _tol_path
+from blockattn.judge.tolerances import resolve_path as _tol_path
 
 HELP = (
     "run the verification suite (corpus + fuzz) on the available device and write a "
@@ -69,13 +69,14 @@ def resolve_plan(args: argparse.Namespace, device: str):
     `--provider` specs are loaded (registered) here; the first is under test by default.
     """
     from blockattn import providers
+    from blockattn.cases import plan
     from blockattn.commands._options import selection_from
-    from blockattn.harness import plan, runner
+    from blockattn.run import execute
 
     # --provider specs (loaded here), or names a caller already loaded (gate)
     outside = [*getattr(args, "outside", []),
                *providers.load_specs(getattr(args, "provider", None))]  # fmt: skip
-    ut, bl, provs = runner.default_providers(device)
+    ut, bl, provs = execute.default_providers(device)
     if outside:
         ut, provs = outside[0], [*outside, bl]
     ut = args.under_test or ut
@@ -107,7 +108,7 @@ def resolve_plan(args: argparse.Namespace, device: str):
 
 
 def load_tolerances(args: argparse.Namespace, device: str | None = None):
-    from blockattn.harness import tolerances
+    from blockattn.judge import tolerances
 
     if getattr(args, "no_tolerances", False):
         return None
@@ -160,9 +161,12 @@ def run_options(args: argparse.Namespace, ut: str, bl: str, provs: list[str], pr
 
 
 def main(args: argparse.Namespace) -> int:
-    from blockattn.harness import session, verdict
-    from blockattn.harness.runner import device_info, git_commit, run_cases
-    from blockattn.harness.summarize import markdown_tables, verdict_markdown
+    from blockattn.judge import verdict
+    from blockattn.pipeline import run_cases
+    from blockattn.report import report_json
+    from blockattn.report.summarize import markdown_tables, verdict_markdown
+    from blockattn.run import session
+    from blockattn.run.execute import device_info, git_commit
 
     device = session.setup_device()
     if args.resume and args.out is None:
@@ -216,7 +220,7 @@ def main(args: argparse.Namespace) -> int:
         "finished": session.timestamp(),
     }
     verdicts = [verdict.evaluate(r, tol, ut) for r in records] if tol else []
-    session.write_report_json(out, records, meta, {"selfcheck": checks})
+    report_json.write_report_json(out, records, meta, {"selfcheck": checks})
     md = [f"# blockattn run — {info['device']} ({info['gpu']}), commit {meta['commit']}", ""]
     if tol:
         md += [verdict_markdown(verdicts, records), ""]

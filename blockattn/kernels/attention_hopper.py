@@ -30,8 +30,15 @@ import triton.language as tl
 from torch import Tensor
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from blockattn.kernels import attention as A
-from blockattn.kernels.attention import INTERPRET, LOG2E, _bwd_body, _fwd_body, _tile_at
+from blockattn.kernels.tile_math import (
+    INTERPRET,
+    LOG2E,
+    _bwd_body,
+    _flags,
+    _fwd_body,
+    _tile_at,
+    block_rows,
+)
 from blockattn.kernels.tiles import TileTable
 
 # ----------------------------------------------------------------------------- interpreter
@@ -129,7 +136,7 @@ class HopperConfig:
 
 DEFAULT_CONFIG = HopperConfig(num_warps=4, num_stages=2, programs_per_sm=2)
 # Keys (kernel, rotary, head_dim): a config here makes `kernel_path` pick this path by default.
-# None does: on an H100 (benchmarks/results/h100_2026-11-23c, tune_hopper.json) every config of
+# None does: on an H100 (results/h100_2026-11-23c, tune_hopper.json) every config of
 # benchmarks/tune_hopper.py was slower than the portable kernels at shape P. Best of each, bf16:
 # D128 fwd 2.09 vs 1.91 ms (2 programs/SM, 2 stages), bwd 5.93 vs 4.25 ms; D64 fwd 1.22 vs
 # 0.96, bwd 2.32 vs 1.89; rotary D128 fwd 5.05 vs 3.14, bwd 14.5 vs 7.57. Automatic warp
@@ -177,7 +184,7 @@ def _grid(n_tiles: int, device: torch.device, cfg: HopperConfig) -> int:
 # ----------------------------------------------------------------------------- launchers
 
 
-def attention_fwd(q: Tensor, k: Tensor, v: Tensor, o: Tensor, table: TileTable,
+def launch_fwd(q: Tensor, k: Tensor, v: Tensor, o: Tensor, table: TileTable,
                   sinu_pos: Tensor | None, scale: float, block_size: int,
                   rotate_v: bool) -> Tensor:
     _, H, D = q.shape
@@ -186,7 +193,7 @@ def attention_fwd(q: Tensor, k: Tensor, v: Tensor, o: Tensor, table: TileTable,
     grid = _grid(n_tiles, q.device, cfg)
     if grid == 0 or q.shape[0] == 0:  # T = 0: nothing to write (a TMA box needs rows)
         return o
-    BLOCK = A.block_rows(block_size)
+    BLOCK = block_rows(block_size)
     sin = sinu_pos if sinu_pos is not None else q
     _fwd_kernel_tma[(grid,)](
         _desc(q, BLOCK), _desc(k, BLOCK), _desc(v, BLOCK), o, sin,
@@ -194,12 +201,12 @@ def attention_fwd(q: Tensor, k: Tensor, v: Tensor, o: Tensor, table: TileTable,
         o.stride(0), o.stride(1), sin.stride(0), scale * LOG2E,
         H=H, HEAD_DIM=D, BLOCK=BLOCK, WARP_SPECIALIZE=cfg.warp_specialize,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, maxnreg=cfg.maxnreg,
-        **A._flags(q, sinu_pos, rotate_v),  # via the module: the stage profile patches it
+        **_flags(q, sinu_pos, rotate_v),  # via the module: the stage profile patches it
     )  # fmt: skip
     return o
 
 
-def attention_bwd(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor,
+def launch_bwd(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor,
                   grads: tuple[Tensor, Tensor, Tensor], table: TileTable,
                   sinu_pos: Tensor | None, scale: float, block_size: int, rotate_v: bool,
                   centred: bool = True) -> tuple[Tensor, Tensor, Tensor]:
@@ -210,7 +217,7 @@ def attention_bwd(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor,
     grid = _grid(n_tiles, q.device, cfg)
     if grid == 0 or q.shape[0] == 0:  # T = 0: nothing to write (a TMA box needs rows)
         return dq, dk, dv
-    BLOCK = A.block_rows(block_size)
+    BLOCK = block_rows(block_size)
     sin = sinu_pos if sinu_pos is not None else q
     _bwd_kernel_tma[(grid,)](
         _desc(q, BLOCK), _desc(k, BLOCK), _desc(v, BLOCK), _desc(grad_out, BLOCK),
@@ -219,6 +226,6 @@ def attention_bwd(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor,
         dv.stride(0), dv.stride(1), sin.stride(0), scale * LOG2E, scale,
         H=H, HEAD_DIM=D, BLOCK=BLOCK, WARP_SPECIALIZE=cfg.warp_specialize,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, maxnreg=cfg.maxnreg,
-        **A._flags(q, sinu_pos, rotate_v, centred),
+        **_flags(q, sinu_pos, rotate_v, centred),
     )  # fmt: skip
     return dq, dk, dv

@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from blockattn.mutants.catalog import Mutant
+from blockattn.mutants.mutant import Mutant
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]  # the blockattn package being tested
 

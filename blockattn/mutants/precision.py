@@ -2,7 +2,7 @@
 pipeline, without crashing or producing a gross error. They are the regressions a suite that only
 checks "close to a reference" lets through; they exist to measure how sensitive the suite is.
 
-Every anchor occurs exactly once in the current `kernels/attention.py` (the catalog's rule).
+Every anchor occurs exactly once in the current `kernels/tile_math.py` (the catalog's rule).
 Roundings use the file's own `_round_to` (round to nearest even on every backend, so the
 interpreter shows what a GPU would), not a bare `.to(q.dtype)`, which truncates bf16 under the
 interpreter. Which cases can show each bug is in its description: "rotary" needs fused rotary,
@@ -14,7 +14,7 @@ cancels (see `_bwd_tile`).
 
 from __future__ import annotations
 
-from blockattn.mutants.catalog import ATT, Mutant
+from blockattn.mutants.mutant import TILE_MATH, Mutant
 
 _G = "precision"
 _RD = "IS_BF16, INTERPRET).to(tl.float32)"  # tail of `_round_to(x, DT, ...)` back to fp32
@@ -24,7 +24,7 @@ PRECISION: tuple[Mutant, ...] = (
     Mutant(
         "fwd-p-lo-dropped",
         _G,
-        ATT,
+        TILE_MATH,
         "acc = _mma_split(p_hi, p_lo, v_hi, v_lo, acc, True, ROTATE_V, IEEE, INTERPRET)",
         "acc = _mma_split(p_hi, p_lo, v_hi, v_lo, acc, False, ROTATE_V, IEEE, INTERPRET)",
         "forward PV with P rounded to the input dtype (p_lo dropped), as FA v2 does",
@@ -33,7 +33,7 @@ PRECISION: tuple[Mutant, ...] = (
     Mutant(
         "fwd-v-lo-dropped",
         _G,
-        ATT,
+        TILE_MATH,
         "acc = _mma_split(p_hi, p_lo, v_hi, v_lo, acc, True, ROTATE_V, IEEE, INTERPRET)",
         "acc = _mma_split(p_hi, p_lo, v_hi, v_lo, acc, True, False, IEEE, INTERPRET)",
         "forward PV drops the rotated V's lo half (rotate_v)",
@@ -41,7 +41,7 @@ PRECISION: tuple[Mutant, ...] = (
     Mutant(
         "fwd-qk-lo-dropped",
         _G,
-        ATT,
+        TILE_MATH,
         "p = _probs(q_hi, q_lo, k_hi, k_lo, n, qk_scale, ROTARY and SPLIT, IEEE, INTERPRET, BLOCK)",
         "p = _probs(q_hi, q_lo, k_hi, k_lo, n, qk_scale, False, IEEE, INTERPRET, BLOCK)",
         "forward QK^T drops the rotated q and k lo halves (rotary; the backward keeps them)",
@@ -49,7 +49,7 @@ PRECISION: tuple[Mutant, ...] = (
     Mutant(
         "s-rounded-before-softmax",
         _G,
-        ATT,
+        TILE_MATH,
         's = tl.where((tl.arange(0, BLOCK) < n)[None, :], s * qk_scale, float("-inf"))',
         "s = tl.where((tl.arange(0, BLOCK) < n)[None, :], _round_to(s, q_hi.dtype, "
         'q_hi.dtype == tl.bfloat16, INTERPRET).to(tl.float32) * qk_scale, float("-inf"))',
@@ -60,7 +60,7 @@ PRECISION: tuple[Mutant, ...] = (
     Mutant(
         "bwd-qk-lo-dropped",
         _G,
-        ATT,
+        TILE_MATH,
         "p = _probs(q_hi, q_lo, k_hi, k_lo, n, qk_scale, QK_LO, IEEE, INTERPRET, BLOCK)",
         "p = _probs(q_hi, q_lo, k_hi, k_lo, n, qk_scale, False, IEEE, INTERPRET, BLOCK)",
         "backward's QK^T recompute drops the rotated q and k lo halves (rotary)",
@@ -68,7 +68,7 @@ PRECISION: tuple[Mutant, ...] = (
     Mutant(
         "dp-v-lo-dropped",
         _G,
-        ATT,
+        TILE_MATH,
         "dp = _mma_split(do, do, tl.trans(v_hi), tl.trans(v_lo), dp, False, V_LO, IEEE, INTERPRET)",
         "dp = _mma_split(do, do, tl.trans(v_hi), tl.trans(v_lo), dp, False, False, IEEE, "
         "INTERPRET)",
@@ -77,7 +77,7 @@ PRECISION: tuple[Mutant, ...] = (
     Mutant(
         "dp-rounded",
         _G,
-        ATT,
+        TILE_MATH,
         "dp = _mma_split(do, do, tl.trans(v_hi), tl.trans(v_lo), dp, False, V_LO, IEEE, INTERPRET)",
         "dp = _round_to(_mma_split(do, do, tl.trans(v_hi), tl.trans(v_lo), dp, False, V_LO, IEEE,"
         f" INTERPRET), q.dtype, {_RD}",
@@ -86,7 +86,7 @@ PRECISION: tuple[Mutant, ...] = (
     Mutant(
         "dv-p-lo-dropped",
         _G,
-        ATT,
+        TILE_MATH,
         "acc = _mma_split(tl.trans(p_hi), tl.trans(p_lo), do, do, acc, True, False, IEEE,",
         "acc = _mma_split(tl.trans(p_hi), tl.trans(p_lo), do, do, acc, False, False, IEEE,",
         "dV = P^T dO with P rounded to the input dtype (p_lo dropped in dV only)",
@@ -94,7 +94,7 @@ PRECISION: tuple[Mutant, ...] = (
     Mutant(
         "dq-ds-lo-dropped",
         _G,
-        ATT,
+        TILE_MATH,
         "acc = _mma_split(ds_hi, ds_lo, k_hi, k_lo, acc, SPLIT, QK_LO, IEEE, INTERPRET)",
         "acc = _mma_split(ds_hi, ds_lo, k_hi, k_lo, acc, False, QK_LO, IEEE, INTERPRET)",
         "dQ = dS K with dS rounded to the input dtype (ds_lo dropped in dQ only)",
@@ -102,7 +102,7 @@ PRECISION: tuple[Mutant, ...] = (
     Mutant(
         "dk-ds-lo-dropped",
         _G,
-        ATT,
+        TILE_MATH,
         "acc = _mma_split(tl.trans(ds_hi), tl.trans(ds_lo), q_hi, q_lo, acc, SPLIT, QK_LO, IEEE,",
         "acc = _mma_split(tl.trans(ds_hi), tl.trans(ds_lo), q_hi, q_lo, acc, False, QK_LO, IEEE,",
         "dK = dS^T Q with dS rounded to the input dtype (ds_lo dropped in dK only)",
@@ -110,7 +110,7 @@ PRECISION: tuple[Mutant, ...] = (
     Mutant(
         "dq-k-lo-dropped",
         _G,
-        ATT,
+        TILE_MATH,
         "acc = _mma_split(ds_hi, ds_lo, k_hi, k_lo, acc, SPLIT, QK_LO, IEEE, INTERPRET)",
         "acc = _mma_split(ds_hi, ds_lo, k_hi, k_lo, acc, SPLIT, False, IEEE, INTERPRET)",
         "dQ = dS K drops the rotated k's lo half (rotary)",
@@ -118,7 +118,7 @@ PRECISION: tuple[Mutant, ...] = (
     Mutant(
         "dk-q-lo-dropped",
         _G,
-        ATT,
+        TILE_MATH,
         "acc = _mma_split(tl.trans(ds_hi), tl.trans(ds_lo), q_hi, q_lo, acc, SPLIT, QK_LO, IEEE,",
         "acc = _mma_split(tl.trans(ds_hi), tl.trans(ds_lo), q_hi, q_lo, acc, SPLIT, False, IEEE,",
         "dK = dS^T Q drops the rotated q's lo half (rotary)",
@@ -127,7 +127,7 @@ PRECISION: tuple[Mutant, ...] = (
     Mutant(
         "dq-store-double-rounding",
         _G,
-        ATT,
+        TILE_MATH,
         "_store(_tile(DQ, start, n, h, stride_dqt, stride_dqh, BLOCK, HEAD_DIM), acc * sm_scale,",
         "_store(_tile(DQ, start, n, h, stride_dqt, stride_dqh, BLOCK, HEAD_DIM), "
         f"_round_to(acc, q.dtype, {_RD} * sm_scale,",
@@ -138,7 +138,7 @@ PRECISION: tuple[Mutant, ...] = (
     Mutant(
         "dk-store-double-rounding",
         _G,
-        ATT,
+        TILE_MATH,
         "_store(_tile(DK, start, n, h, stride_dkt, stride_dkh, BLOCK, HEAD_DIM), acc * sm_scale,",
         "_store(_tile(DK, start, n, h, stride_dkt, stride_dkh, BLOCK, HEAD_DIM), "
         f"_round_to(acc, q.dtype, {_RD} * sm_scale,",
@@ -148,7 +148,7 @@ PRECISION: tuple[Mutant, ...] = (
     Mutant(
         "dq-rounded-before-rotation",
         _G,
-        ATT,
+        TILE_MATH,
         "_store(_tile(DQ, start, n, h, stride_dqt, stride_dqh, BLOCK, HEAD_DIM), acc * sm_scale,",
         "_store(_tile(DQ, start, n, h, stride_dqt, stride_dqh, BLOCK, HEAD_DIM), "
         f"_round_to(acc * sm_scale, q.dtype, {_RD},",
@@ -158,7 +158,7 @@ PRECISION: tuple[Mutant, ...] = (
     Mutant(
         "dv-rounded-before-rotation",
         _G,
-        ATT,
+        TILE_MATH,
         "_store(_tile(DV, start, n, h, stride_dvt, stride_dvh, BLOCK, HEAD_DIM), acc,",
         "_store(_tile(DV, start, n, h, stride_dvt, stride_dvh, BLOCK, HEAD_DIM), "
         f"_round_to(acc, q.dtype, {_RD},",
@@ -169,7 +169,7 @@ PRECISION: tuple[Mutant, ...] = (
     Mutant(
         "rotation-in-input-dtype",
         _G,
-        ATT,
+        TILE_MATH,
         "xr = _rotate(x.to(tl.float32), sin, cos, False, BLOCK, HALF)\n        if SPLIT:",
         "xr = _round_to(_rotate(x.to(tl.float32), _round_to(sin, x.dtype, "
         f"{_RD}, _round_to(cos, x.dtype, {_RD}, False, BLOCK, HALF), x.dtype, "
@@ -180,7 +180,7 @@ PRECISION: tuple[Mutant, ...] = (
     Mutant(
         "conj-rotation-in-input-dtype",
         _G,
-        ATT,
+        TILE_MATH,
         "x = _rotate(x, sin, cos, True, BLOCK, HALF)",
         "x = _rotate(_round_to(x, tile[0].dtype.element_ty, "
         f"{_RD}, _round_to(sin, tile[0].dtype.element_ty, {_RD}, "
@@ -192,7 +192,7 @@ PRECISION: tuple[Mutant, ...] = (
     Mutant(
         "v-centring-skipped",
         _G,
-        ATT,
+        TILE_MATH,
         "xc = x.to(tl.float32) - _load(row0).to(tl.float32)",
         "xc = x.to(tl.float32)",
         "the plain V enters dO V^T uncentred (its first row not subtracted): dP - Di cancels "
@@ -201,7 +201,7 @@ PRECISION: tuple[Mutant, ...] = (
     Mutant(
         "di-second-pass-dropped",
         _G,
-        ATT,
+        TILE_MATH,
         "ds = p * (dp - tl.sum(p * dp, axis=1)[:, None])",
         "ds = p * dp",
         "Di's second pass dropped: dS = P * (dP - Di0) with the fp32 first-pass Di0, whose "
@@ -210,7 +210,7 @@ PRECISION: tuple[Mutant, ...] = (
     Mutant(
         "ds-fp16-scale-dropped",
         _G,
-        ATT,
+        TILE_MATH,
         "            ds = ds * ds_up\n            sm_scale = sm_scale * ds_down\n",
         "",
         "fp16 dS split without its power-of-two scale: the lo half of a small dS falls below "

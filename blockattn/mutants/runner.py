@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from blockattn.mutants.apply import PACKAGE_DIR, make_copy
-from blockattn.mutants.catalog import Mutant
+from blockattn.mutants.mutant import Mutant
 
 # A worker that runs longer than this is reported as "timeout" (counted as not killed): the
 # whole quick tier takes ~15 s under the interpreter and seconds on a GPU.
@@ -29,8 +29,8 @@ WORKER_TIMEOUT_S = 900.0
 
 
 def quick_tier_specs(fuzz: int, seed: int) -> list:
-    from blockattn.harness import strategies
-    from blockattn.harness.corpus import load_corpus
+    from blockattn.cases import strategies
+    from blockattn.cases.corpus import load_corpus
 
     return load_corpus(tiers=("cpu",)) + strategies.sample_specs(
         strategies.SPACES["ci"], fuzz, seed
@@ -137,7 +137,7 @@ def _run_one(m: Mutant | None, plan: dict[str, Any], timeout_s: float,
 
 
 def make_plan(device: str, tol_path: str, fuzz: int, seed: int, keep_going: bool) -> dict:
-    from blockattn.harness.runner import default_providers
+    from blockattn.run.execute import default_providers
 
     ut, bl, provs = default_providers(device)
     return {

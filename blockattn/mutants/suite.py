@@ -1,19 +1,19 @@
 """Planted bugs in the judge itself: each makes the suite fail open or judge more loosely than
 its tolerance file says, so every kernel (the broken ones too) would pass.
 
-They are killed by the judge's known-answer tests (`blockattn/harness/selftest.py`), which every
+They are killed by the judge's known-answer tests (`blockattn/judge/selftest.py`), which every
 mutant worker and every `blockattn gate` runs first, and by the CPU tier's tests of the judge
 (tests/bounds, tests/harness). Anchors follow the catalog's rule: each occurs exactly once.
 """
 
 from __future__ import annotations
 
-from blockattn.mutants.catalog import Mutant
+from blockattn.mutants.mutant import Mutant
 
 EL = "bounds/elementwise.py"
-VERDICT = "harness/verdict.py"
-TOL = "harness/tolerances.py"
-GATE = "harness/gate_rules.py"
+VERDICT = "judge/verdict.py"
+TOL = "judge/tolerances.py"
+GATE = "judge/gate_rules.py"
 
 SUITE: tuple[Mutant, ...] = (
     Mutant(

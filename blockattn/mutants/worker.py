@@ -18,7 +18,7 @@ from pathlib import Path
 
 
 def main(argv: list[str] | None = None) -> int:
-    from blockattn.harness import env
+    from blockattn.run import env
 
     device = env.configure()  # before any kernel import: TRITON_INTERPRET on CPU
     ap = argparse.ArgumentParser()
@@ -34,16 +34,16 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 3
-    from blockattn.harness import tolerances, verdict
-    from blockattn.harness.runner import evaluate_case
-    from blockattn.harness.spec import CaseSpec
+    from blockattn.cases.spec import CaseSpec
+    from blockattn.judge import tolerances, verdict
+    from blockattn.judge.evaluate import evaluate_case
 
     plan = json.loads(args.plan.read_text())
     tol = tolerances.load(plan["tolerances"])
     cases = []
     t0 = time.perf_counter()
     # The judge's known-answer tests first: a mutant of the suite that loosens it is killed here.
-    from blockattn.harness.selftest import run_selftest
+    from blockattn.judge.selftest import run_selftest
 
     problems = run_selftest(tol, plan["under_test"], device)
     if problems:
@@ -51,12 +51,12 @@ def main(argv: list[str] | None = None) -> int:
                       "failures": problems})
     # Judged as `blockattn gate` judges: per-case verdicts, then the run-level decision
     # (zero cases, regressions vs the plan's baseline report when it names one).
-    from blockattn.harness import session
-    from blockattn.harness.gate_rules import decide
+    from blockattn.judge.gate_rules import decide
+    from blockattn.run import results
 
     base = None
     if plan.get("baseline_report"):
-        base = {r["case_id"]: r for r in session.load_report_cases(plan["baseline_report"])}
+        base = {r["case_id"]: r for r in results.load_report_cases(plan["baseline_report"])}
     records, verdicts = [], []
     for d in plan["specs"] if not problems else []:
         spec = CaseSpec.from_dict(d)

@@ -4,8 +4,8 @@ A provider is a `Provider`: a name, a role ("kernel" under test, or "baseline"),
 variant) -> {tensor name: Tensor}` for correctness, what it supports (`Supports`), and how it is
 judged (`accuracy_model`, a model name of the tolerance file's [models], or `reference`, another
 provider whose rule it must meet). The same object serves `run`, `gate`, `replay`, `audit`, the
-pytest plugin and `bench` (an outside kernel gets its timed callables from `kernel`, see
-`blockattn.bench.providers.from_provider`).
+pytest plugin and `bench`: a built-in declares its bench entries (`TIMINGS`, see `_timing`), an
+outside kernel is timed through its attention callable (`timings_of`).
 
 Where providers come from:
 * built-ins: every public module of this package (NAME, ROLE, run, optional ACCURACY_MODEL,
@@ -28,100 +28,20 @@ import importlib.metadata
 import pkgutil
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import torch
+from blockattn.providers._base import (
+    OUTPUT_KEYS,
+    Provider,
+    RunFn,
+    Supports,
+    Unsupported,
+)
+from blockattn.providers._timing import Prepared, Timing, kernel_timings
 
-OUTPUT_KEYS: dict[str, tuple[str, ...]] = {
-    "plain": ("O", "dQ", "dK", "dV"),
-    "rotary": ("O", "dQ", "dK", "dV"),
-    "projection": ("O", "dX", "dW", "dbias"),
-}
 ENTRY_POINT_GROUP = "blockattn.providers"
-ALL_DTYPES = ("bfloat16", "float16", "float32")
-
-
-class Unsupported(Exception):
-    """The provider cannot run this case (dtype, head dim, device ...); not a failure by itself."""
-
-
-RunFn = Callable[..., dict[str, torch.Tensor]]
-
-
-@dataclass(frozen=True)
-class Supports:
-    """What a provider declares it can run; `None` means any value."""
-
-    dtypes: tuple[str, ...] = ALL_DTYPES
-    head_dims: tuple[int, ...] | None = None
-    block_sizes: tuple[int, ...] | None = None
-    rotary: bool = True
-    rotate_v: tuple[bool, ...] = (True, False)
-    projection: bool = True
-    gqa: bool = False
-    devices: tuple[str, ...] = ("cpu", "cuda")
-    archs: tuple[str, ...] | None = None  # e.g. ("sm_100",): GPU architectures it runs on
-
-    def __post_init__(self) -> None:
-        bad = set(self.dtypes) - set(ALL_DTYPES)
-        if bad:
-            raise ValueError(f"Supports.dtypes: unknown {sorted(bad)} (known {ALL_DTYPES})")
-        if set(self.devices) - {"cpu", "cuda"}:
-            raise ValueError(f"Supports.devices: only 'cpu' and 'cuda', got {self.devices}")
-
-    def refusal(self, spec: Any, device: str, arch: str, block_size: int = 64) -> str | None:
-        """Why this provider declared it does not run `spec` here (None: it declared it does)."""
-        if device not in self.devices:
-            return f"declared devices {list(self.devices)}, this is {device}"
-        if self.archs is not None and arch not in self.archs:
-            return f"declared GPU architectures {list(self.archs)}, this is {arch}"
-        if spec.dtype not in self.dtypes:
-            return f"declared dtypes {list(self.dtypes)}, case is {spec.dtype}"
-        if self.head_dims is not None and spec.D not in self.head_dims:
-            return f"declared head dims {list(self.head_dims)}, case has D={spec.D}"
-        if self.block_sizes is not None and block_size not in self.block_sizes:
-            return f"declared block sizes {list(self.block_sizes)}, case uses {block_size}"
-        if spec.variant in ("rotary", "projection") and not self.rotary:
-            return "declared no rotary"
-        if spec.variant in ("rotary", "projection") and spec.rotate_v not in self.rotate_v:
-            return f"declared rotate_v in {list(self.rotate_v)}, case has {spec.rotate_v}"
-        if spec.variant == "projection":
-            if not self.projection:
-                return "declared no projection callable"
-            if (spec.kvheads or spec.H) != spec.H and not self.gqa:
-                return f"declared no GQA (kvheads={spec.kvheads} != H={spec.H})"
-        return None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
-
-
-@dataclass(frozen=True)
-class Provider:
-    name: str
-    role: str
-    run: RunFn
-    accuracy_model: str | None = None
-    supports: Supports = field(default_factory=Supports)
-    reference: str | None = None  # judged by this provider's rule when it declares no model
-    origin: str = "builtin"  # "builtin" | "MODULE:CALLABLE" | "entry point ..." | "register()"
-    spec: str | None = None  # the --provider spec that re-creates it (replay, xdist workers)
-    kernel: Callable[..., torch.Tensor] | None = None  # attention callable (bench timing)
-    projection: Callable[..., torch.Tensor] | None = None
-    description: str = ""
-
-    def describe(self) -> dict[str, Any]:
-        """JSON-able identity recorded with every result (which kernel, how judged, from where)."""
-        return {
-            "origin": self.origin,
-            "spec": self.spec,
-            "role": self.role,
-            "accuracy_model": self.accuracy_model,
-            "reference": self.reference,
-            "supports": self.supports.to_dict(),
-        }
 
 
 _EXTRA: dict[str, Provider] = {}
@@ -170,8 +90,17 @@ def _discover() -> dict[str, Provider]:
             getattr(mod, "ACCURACY_MODEL", None),
             getattr(mod, "SUPPORTS", Supports()),
             description=(mod.__doc__ or "").strip().splitlines()[0],
+            timings=getattr(mod, "TIMINGS", ()),
         )
     return found
+
+
+def timings_of(prov: Provider) -> tuple[Timing, ...]:
+    """How the bench times `prov`: the timings it declares, else its kernel callable's (an
+    outside kernel: plain, and fused rotary when it declares rotary), else none."""
+    if prov.timings or prov.kernel is None:
+        return prov.timings
+    return kernel_timings(prov)
 
 
 def entry_points() -> dict[str, importlib.metadata.EntryPoint]:
@@ -283,8 +212,10 @@ def kernel(
 __all__ = [
     "ENTRY_POINT_GROUP",
     "OUTPUT_KEYS",
+    "Prepared",
     "Provider",
     "Supports",
+    "Timing",
     "Unsupported",
     "all_providers",
     "entry_points",
@@ -294,5 +225,6 @@ __all__ = [
     "load_specs",
     "parse_spec",
     "register",
+    "timings_of",
     "unregister",
 ]

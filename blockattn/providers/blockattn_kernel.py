@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import torch
 
-from blockattn.providers import Supports, Unsupported
+from blockattn.providers._base import Supports, Unsupported
+from blockattn.providers._common import BLOCK
+from blockattn.providers._timing import Prepared, Timing, grad_leaves
 
 NAME = "blockattn"
 ROLE = "kernel"
@@ -55,3 +60,39 @@ def run(inputs, variant: str) -> dict[str, torch.Tensor]:
     )
     dq, dk, dv = torch.autograd.grad(o, (q, k, v), inputs.grad_out)
     return {"O": o.detach(), "dQ": dq, "dK": dk, "dV": dv}
+
+
+# ----------------------------------------------------------------------------- bench timing
+
+
+def _timed(rotary: bool) -> Callable[[Any], Prepared]:
+    def prepare(case: Any) -> Prepared:
+        from blockattn.kernels.dispatch import attention_bwd, attention_fwd  # lazy, as in run()
+        from blockattn.kernels.tiles import build_tile_table
+        from blockattn.ops import block_attention
+
+        sinu = case.sinu if rotary else None
+        # The tile table is built once here (the ops rebuild it per call, on device, no sync).
+        table = build_tile_table(case.offsets, case.T, BLOCK, case.max_len)
+        q, k, v, do, s = case.q, case.k, case.v, case.do, case.scale
+        leaves = grad_leaves(case)
+
+        def fwdbwd() -> Any:
+            o = block_attention(*leaves, case.offsets, sinu_pos=sinu, max_seq_len=case.max_len)
+            return torch.autograd.grad(o, leaves, do)
+
+        return Prepared(
+            fwd=lambda: attention_fwd(q, k, v, table, sinu, s, BLOCK, True),
+            bwd=lambda: attention_bwd(q, k, v, do, table, sinu, s, BLOCK, True),
+            fwdbwd=fwdbwd,
+            rotary=rotary,
+            notes={"fwd/bwd": "launchers with a precomputed tile table"},
+        )
+
+    return prepare
+
+
+TIMINGS = (
+    Timing("blockattn", False, _timed(False), "blockattn Triton kernels, no rotary"),
+    Timing("blockattn_rotary", True, _timed(True), "blockattn, rotary fused in-kernel"),
+)

@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from blockattn.providers import Provider, Supports, Unsupported
+from blockattn.providers._base import Provider, Supports, Unsupported
 
 DEFAULT_MODEL = "fa2-rounded-p-ds"
 

@@ -14,7 +14,7 @@ from blockattn.bounds.elementwise import (
     store_bound,
     ulp,
 )
-from blockattn.cases import offsets_from_lengths
+from blockattn.cases.generate import offsets_from_lengths
 
 
 @pytest.mark.parametrize(
@@ -113,7 +113,7 @@ def test_overflowing_bound_and_nonfinite_values_stay_json_safe() -> None:
     import json
 
     from blockattn.bounds.models import Model
-    from blockattn.harness.metrics import tensor_metrics
+    from blockattn.judge.metrics import tensor_metrics
 
     r = torch.tensor([[[6.0e4, 1.0, math.inf]]], dtype=torch.float64)
     y = torch.tensor([[[math.inf, 1.0, 2.0]]], dtype=torch.float16)

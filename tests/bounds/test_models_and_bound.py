@@ -8,10 +8,10 @@ import torch
 from blockattn import providers
 from blockattn.bounds import models
 from blockattn.bounds.elementwise import TokenMap, elementwise_metrics
-from blockattn.harness import tolerances
-from blockattn.harness.inputs import build_inputs
-from blockattn.harness.reference import oracle_bounds, oracle_outputs
-from blockattn.harness.spec import CaseSpec
+from blockattn.cases.inputs import build_inputs
+from blockattn.cases.spec import CaseSpec
+from blockattn.judge import tolerances
+from blockattn.run.oracle import oracle_bounds, oracle_outputs
 from oracles import error_bound
 
 V4 = tolerances.default_tolerance_dir() / "v4.toml"

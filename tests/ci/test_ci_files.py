@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 from blockattn import cli
-from blockattn.harness import tolerances
-from blockattn.harness.corpus import load_corpus
+from blockattn.cases.corpus import load_corpus
+from blockattn.judge import tolerances
 
 REPO = Path(__file__).resolve().parents[2]
 WORKFLOWS = sorted((REPO / "ci" / "workflows").glob("*.yml"))

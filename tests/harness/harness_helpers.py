@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from blockattn.harness.calibrate import to_toml
+from blockattn.judge.calibrate import to_toml
 from blockattn.providers import _common, get
 
 REPO = Path(__file__).resolve().parents[2]

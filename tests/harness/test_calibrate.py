@@ -9,7 +9,7 @@ import pytest
 from harness_helpers import minimal_doc, write_doc
 
 from blockattn import cli
-from blockattn.harness import calibrate, tolerances
+from blockattn.judge import calibrate, tolerances
 
 
 def _rec(i: int, ratio: float, snr: float, vb: float, dist: str = "normal") -> dict:

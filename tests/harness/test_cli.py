@@ -12,8 +12,9 @@ import torch
 from harness_helpers import TOL_DIR, dump_toml
 
 from blockattn import cli
-from blockattn.harness import env, tolerances
-from blockattn.harness.corpus import load_corpus
+from blockattn.cases.corpus import load_corpus
+from blockattn.judge import tolerances
+from blockattn.run import env
 
 # Judge with the newest tolerance file calibrated on this test's device (cpu | cuda).
 _TOL_DEVICE = "cuda" if torch.cuda.is_available() else "cpu"

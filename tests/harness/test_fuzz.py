@@ -10,10 +10,10 @@ import torch
 from harness_helpers import TOL_DIR
 from hypothesis import given
 
-from blockattn.harness import tolerances, verdict
-from blockattn.harness.runner import evaluate_case
-from blockattn.harness.spec import CaseSpec
-from blockattn.harness.strategies import case_specs
+from blockattn.cases.spec import CaseSpec
+from blockattn.cases.strategies import case_specs
+from blockattn.judge import tolerances, verdict
+from blockattn.judge.evaluate import evaluate_case
 
 # Judge with the newest tolerance file calibrated on this test's device (cpu | cuda).
 _TOL_DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -33,7 +33,7 @@ def test_kernel_matches_oracle_on_fuzzed_cases(spec: CaseSpec) -> None:
 
 @given(spec=case_specs())
 def test_drawn_specs_respect_the_space(spec: CaseSpec) -> None:
-    from blockattn.harness.strategies import active_space
+    from blockattn.cases.strategies import active_space
 
     space = active_space()
     assert spec.H in space.heads and spec.D in space.head_dims and spec.dtype in space.dtypes

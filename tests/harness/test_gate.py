@@ -17,9 +17,9 @@ import torch
 from harness_helpers import TOL_DIR, dk_bug, nan_rows_bug, nomask_bug, retarget, write_doc
 
 from blockattn import cli, providers
-from blockattn.harness import tolerances
-from blockattn.harness.corpus import load_corpus
-from blockattn.harness.runner import run_cases
+from blockattn.cases.corpus import load_corpus
+from blockattn.judge import tolerances
+from blockattn.pipeline import run_cases
 
 # Judge with the newest tolerance file calibrated on this test's device (cpu | cuda).
 _TOL_DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -94,8 +94,8 @@ def test_gate_fails_on_planted_bug(
 
 
 def test_dk_bug_fails_only_on_dk(run_dir: Path, tmp_path: Path) -> None:
-    from blockattn.harness import verdict
-    from blockattn.harness.results import load_records
+    from blockattn.judge import verdict
+    from blockattn.run.results import load_records
 
     tol = tolerances.Tolerances(None, retarget(tolerances.load(_latest()).data, "bug-dk"))
     tol.rules = tol.data["rules"]

@@ -18,11 +18,11 @@ import torch
 from harness_helpers import TOL_DIR, dk_bug, dump_toml, nan_rows_bug, nomask_bug
 
 from blockattn import cli, providers
-from blockattn.harness import tolerances, verdict
-from blockattn.harness.corpus import load_corpus
-from blockattn.harness.results import load_records
-from blockattn.harness.runner import run_cases
-from blockattn.harness.selftest import run_selftest
+from blockattn.cases.corpus import load_corpus
+from blockattn.judge import tolerances, verdict
+from blockattn.judge.selftest import run_selftest
+from blockattn.pipeline import run_cases
+from blockattn.run.results import load_records
 
 pytest.importorskip("oracles")
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from blockattn.harness import metrics
+from blockattn.judge import metrics
 
 
 def test_exact_output_has_zero_error_and_infinite_snr() -> None:

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from blockattn import providers
-from blockattn.harness.runner import evaluate_case
-from blockattn.harness.spec import CaseSpec
+from blockattn.cases.spec import CaseSpec
+from blockattn.judge.evaluate import evaluate_case
 from blockattn.providers import _common
 
 

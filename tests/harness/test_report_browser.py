@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from harness_helpers import page_text
 
-from blockattn.harness.results import load_records
+from blockattn.run.results import load_records
 
 pytest.importorskip("oracles")
 REPO = Path(__file__).resolve().parents[2]

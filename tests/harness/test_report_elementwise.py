@@ -18,15 +18,16 @@ from typing import Any
 import pytest
 from harness_helpers import page_text as _page_text
 
-from blockattn.harness import report
-from blockattn.harness.summarize import (
+from blockattn.judge.verdict import Verdict
+from blockattn.report import charts, elementwise
+from blockattn.report import html as report
+from blockattn.report.summarize import (
     elementwise_markdown,
     loc_summary,
     markdown_tables,
     tensor_table,
     verdict_markdown,
 )
-from blockattn.harness.verdict import Verdict
 
 HAS_MPL = importlib.util.find_spec("matplotlib") is not None
 
@@ -368,7 +369,7 @@ def test_verdict_markdown_still_works() -> None:
 def _no_matplotlib(monkeypatch: pytest.MonkeyPatch) -> None:
     for mod in ("matplotlib", "matplotlib.pyplot", "matplotlib.colors"):
         monkeypatch.setitem(sys.modules, mod, None)  # `import matplotlib` -> ImportError
-    assert report._pyplot() is None
+    assert charts._pyplot() is None
 
 
 def _render(tmp_path: Path, records: list[dict[str, Any]]) -> tuple[str, str, dict[str, Path]]:
@@ -393,9 +394,9 @@ def test_html_sections_follow_the_records(tmp_path: Path, monkeypatch, mpl: bool
     else:
         assert "<table class='hist'>" in page and "<table class='hm'>" in page
         # heatmap cells of the band carry their value; cells inside the bound do not
-        red = report._qclass(4.0)
+        red = elementwise._qclass(4.0)
         assert f"<td class={red} title='row 50 dim 3: 4'></td>" in page
-        assert f"<td class={report._qclass(0.3)}></td>" in page  # row 10: inside, no tooltip
+        assert f"<td class={elementwise._qclass(0.3)}></td>" in page  # row 10: inside, no tooltip
         assert f"td.{red}{{background:#" in page  # the class is styled
         assert not (tmp_path / "viol" / "plots").exists() or not any(
             (tmp_path / "viol" / "plots").iterdir()
@@ -432,7 +433,7 @@ def test_histograms_merge_across_layouts() -> None:
     coarse = {"log2_lo": -8.0, "log2_step": 0.5, "counts": [0] * 24, "exact": 1, "nonfinite": 2}
     coarse["counts"][10] = 7  # [-3, -2.5), centre -2.75
     b["providers"]["blockattn"]["tensors"]["O"]["ulp"]["hist"] = coarse
-    h = report.ulp_histograms([a, b])["O"]["bfloat16"]["blockattn"]
+    h = elementwise.ulp_histograms([a, b])["O"]["bfloat16"]["blockattn"]
     assert (h["log2_step"], h["cases"], h["exact"], h["nonfinite"]) == (0.25, 2, 21, 2)
     assert h["counts"][int((-2.75 - LO) / STEP)] == 7
     assert sum(h["counts"]) == 1000 + 7
@@ -631,7 +632,7 @@ def test_plots_draw_their_limits_and_keep_labels_inside(tmp_path: Path, monkeypa
     assert figs
     for fig in figs:
         name = fig.axes[0].get_title() or fig.texts[0].get_text()
-        assert fig.get_figwidth() * report.DPI <= 1000, name
+        assert fig.get_figwidth() * charts.DPI <= 1000, name
         assert not _sticks_out(fig), name
         for ax in fig.axes:
             if not (ax.get_visible() and ax.axison) or ax.get_label() == "<colorbar>":

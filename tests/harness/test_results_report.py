@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from blockattn import cli
-from blockattn.harness import session
-from blockattn.harness.results import ResultsWriter, load_records
-from blockattn.harness.runner import run_cases
-from blockattn.harness.spec import CaseSpec
+from blockattn.cases.spec import CaseSpec
+from blockattn.pipeline import run_cases
+from blockattn.report import report_json
+from blockattn.run.results import ResultsWriter, load_records
 
 pytest.importorskip("oracles")
 # eager only: these tests are about the plumbing, not the kernel (keeps them ~1 s).
@@ -118,7 +118,7 @@ def test_partial_means_neither_report_json_nor_gate_md(
 ) -> None:
     _run(tmp_path, SPECS[:1])
     if "report.json" in files:
-        session.write_report_json(tmp_path, load_records(tmp_path), {"commit": "abc"})
+        report_json.write_report_json(tmp_path, load_records(tmp_path), {"commit": "abc"})
     if "gate.md" in files:
         (tmp_path / "gate.md").write_text("## blockattn gate: \u2705 PASS\n")
     assert cli.main(["report", str(tmp_path)]) == 0

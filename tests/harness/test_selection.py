@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from blockattn import cli, providers
-from blockattn.harness import plan, strategies, tolerances
-from blockattn.harness.plan import Selection
+from blockattn.cases import plan, strategies
+from blockattn.cases.plan import Selection
+from blockattn.judge import tolerances
 
 pytest.importorskip("oracles")
 TOL = str(tolerances.latest_released(tolerances.default_tolerance_dir(), "cpu"))

@@ -9,7 +9,7 @@ import pytest
 from harness_helpers import TOL_DIR, minimal_doc, write_doc
 
 from blockattn import cli
-from blockattn.harness import tolerances
+from blockattn.judge import tolerances
 
 
 def test_minimal_document_loads_and_looks_up(tmp_path: Path) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from blockattn.harness import metrics, verdict
+from blockattn.judge import metrics, verdict
 
 
 def _check(m: dict, rule: dict) -> verdict.Verdict:
@@ -36,7 +36,7 @@ def test_relative_rules_still_fire_above_the_absolute_floor() -> None:
 def test_schema1_failures_name_the_rule_and_override_that_judged() -> None:
     from harness_helpers import minimal_doc
 
-    from blockattn.harness.tolerances import Tolerances
+    from blockattn.judge.tolerances import Tolerances
 
     doc = minimal_doc()
     doc["rules"]["blockattn"]["bfloat16"]["dQ"]["dist"] = {"near_constant": {

@@ -19,8 +19,8 @@ import torch
 
 import oracles
 from blockattn import block_attention
-from blockattn.cases import make_case, offsets_from_lengths
-from blockattn.kernels.attention import attention_bwd, attention_fwd
+from blockattn.cases.generate import make_case, offsets_from_lengths
+from blockattn.kernels.dispatch import attention_bwd, attention_fwd
 from blockattn.kernels.tiles import build_tile_table
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"

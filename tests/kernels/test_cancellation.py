@@ -28,8 +28,8 @@ import pytest
 import torch
 
 import oracles
-from blockattn.cases import make_case
-from blockattn.kernels.attention import attention_bwd
+from blockattn.cases.generate import make_case
+from blockattn.kernels.dispatch import attention_bwd
 from blockattn.kernels.tiles import build_tile_table
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"

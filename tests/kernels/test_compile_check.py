@@ -1,4 +1,4 @@
-"""AOT builds of the kernels for sm_90a / sm_100a on CPU (blockattn.compile_check).
+"""AOT builds of the kernels for sm_90a / sm_100a on CPU (blockattn.kernels.compile_check).
 
 The quick tier builds one representative pair (bf16, D=128, rotary incl. v; fwd and bwd) on both
 targets and two variants of the opt-in Hopper path on sm_90; the full matrix (36 portable
@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from blockattn import compile_check as cc
+from blockattn.kernels import compile_check as cc
 
 _SUBSET = "fwd-bf16-d128-off,fwd-bf16-d128-rot,bwd-bf16-d128-off,bwd-bf16-d128-rot"
 # Known spillers (see test_rotary_d128_has_no_spills): the rest of the subset must be clean.

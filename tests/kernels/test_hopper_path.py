@@ -22,6 +22,7 @@ import torch
 
 from blockattn.kernels import attention as A
 from blockattn.kernels import attention_hopper as AH
+from blockattn.kernels import dispatch
 from blockattn.kernels.tiles import build_tile_table
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -53,11 +54,11 @@ def _run(path: str, q, k, v, do, sinu, table):
     o = torch.full_like(q, float("nan"))
     grads = tuple(torch.full_like(q, float("nan")) for _ in range(3))
     if path == "hopper":
-        AH.attention_fwd(q, k, v, o, table, sinu, q.shape[2] ** -0.5, 64, True)
-        AH.attention_bwd(q, k, v, do, grads, table, sinu, q.shape[2] ** -0.5, 64, True)
+        AH.launch_fwd(q, k, v, o, table, sinu, q.shape[2] ** -0.5, 64, True)
+        AH.launch_bwd(q, k, v, do, grads, table, sinu, q.shape[2] ** -0.5, 64, True)
     else:
-        A._launch_fwd(q, k, v, table, sinu, q.shape[2] ** -0.5, 64, True, o)
-        A._launch_bwd(q, k, v, do, table, sinu, q.shape[2] ** -0.5, 64, True, grads)
+        A.launch_fwd(q, k, v, table, sinu, q.shape[2] ** -0.5, 64, True, o)
+        A.launch_bwd(q, k, v, do, table, sinu, q.shape[2] ** -0.5, 64, True, grads)
     return (o, *grads)
 
 
@@ -103,25 +104,25 @@ def test_kernel_path_dispatch(monkeypatch) -> None:
     q = torch.zeros(4, 1, 64, dtype=torch.bfloat16, device=DEVICE)
     monkeypatch.setenv("BLOCKATTN_KERNEL_PATH", "fast")
     with pytest.raises(ValueError, match="BLOCKATTN_KERNEL_PATH='fast'"):
-        A.kernel_path("fwd", q, None, (q,))
+        dispatch.kernel_path("fwd", q, None, (q,))
     monkeypatch.setenv("BLOCKATTN_KERNEL_PATH", "portable")
-    assert A.kernel_path("fwd", q, None, (q,)) == "portable"
+    assert dispatch.kernel_path("fwd", q, None, (q,)) == "portable"
     monkeypatch.setenv("BLOCKATTN_KERNEL_PATH", "hopper")
     runs_here = ON_SM90 or DEVICE == "cpu"  # the interpreter runs the Hopper source too
     if not runs_here:
         with pytest.raises(RuntimeError, match="needs an sm_90 GPU"):
-            A.kernel_path("fwd", q, None, (q,))
+            dispatch.kernel_path("fwd", q, None, (q,))
     strided = torch.zeros(4, 64, 2, dtype=torch.bfloat16, device=DEVICE).transpose(1, 2)
     if runs_here:
-        assert A.kernel_path("fwd", q, None, (q,)) == "hopper"
+        assert dispatch.kernel_path("fwd", q, None, (q,)) == "hopper"
         with pytest.raises(RuntimeError, match="head-packed"):
-            A.kernel_path("fwd", strided, None, (strided,))
+            dispatch.kernel_path("fwd", strided, None, (strided,))
         q32 = q.float()
         with pytest.raises(RuntimeError, match="float32"):
-            A.kernel_path("fwd", q32, None, (q32,))
+            dispatch.kernel_path("fwd", q32, None, (q32,))
     monkeypatch.setenv("BLOCKATTN_KERNEL_PATH", "prefer-hopper")  # never raises
-    assert A.kernel_path("fwd", strided, None, (strided,)) == "portable"
-    assert A.kernel_path("fwd", q, None, (q,)) == ("hopper" if runs_here else "portable")
+    assert dispatch.kernel_path("fwd", strided, None, (strided,)) == "portable"
+    assert dispatch.kernel_path("fwd", q, None, (q,)) == ("hopper" if runs_here else "portable")
     monkeypatch.delenv("BLOCKATTN_KERNEL_PATH")
     monkeypatch.setattr(AH, "CONFIGS", {})  # auto: no measured config, no Hopper path
-    assert A.kernel_path("fwd", q, None, (q,)) == "portable"
+    assert dispatch.kernel_path("fwd", q, None, (q,)) == "portable"

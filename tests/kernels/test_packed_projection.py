@@ -23,7 +23,7 @@ if not torch.cuda.is_available():
 import blockattn
 import oracles
 from blockattn import ops
-from blockattn.cases import make_sinu_pos, offsets_from_lengths
+from blockattn.cases.generate import make_sinu_pos, offsets_from_lengths
 from blockattn.kernels import attention as _attn
 
 if not torch.cuda.is_available() and not _attn.INTERPRET:

@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 
 from blockattn import cli, providers
-from blockattn.harness import tolerances
-from blockattn.harness.runner import evaluate_case
-from blockattn.harness.spec import CaseSpec
-from blockattn.harness.verdict import evaluate
+from blockattn.cases.spec import CaseSpec
+from blockattn.judge import tolerances
+from blockattn.judge.evaluate import evaluate_case
+from blockattn.judge.verdict import evaluate
 
 pytest.importorskip("oracles")
 
@@ -201,7 +201,7 @@ def test_one_definition_serves_the_bench_too(scratch: Path, device: str) -> None
     import torch
 
     from blockattn.bench.case import make_bench_case
-    from blockattn.bench.providers import PROVIDERS, add_outside
+    from blockattn.bench.entries import add_outside, entry
     from blockattn.bench.runner import BenchConfig, plan
 
     prov = providers.load_spec("scratchkern:clean")
@@ -211,17 +211,16 @@ def test_one_definition_serves_the_bench_too(scratch: Path, device: str) -> None
         case = make_bench_case("t", B=2, max_len=70, sparsity=0.2, H=1, D=64,
                                dtype=torch.bfloat16, device=torch.device(device), seed=3)
         for name in names:
-            prep = PROVIDERS[name].prepare(case)
+            prep = entry(name).prepare(case)
             outs = {"O": prep.fwd()}
             outs.update(zip(("dQ", "dK", "dV"), prep.bwd(), strict=True))
-            chk = case.check(outs, PROVIDERS[name].rotary, 2)  # the bench's own oracle check
+            chk = case.check(outs, entry(name).rotary, 2)  # the bench's own oracle check
             assert chk["check"] == "pass", (name, chk)
         specs = plan(BenchConfig(out="x", smoke=True, outside=names))
         mains = [s for s in specs if s.group == "main"]
         assert mains and all(set(names) <= set(s.providers) for s in mains)
     finally:
-        for n in names:
-            PROVIDERS.pop(n, None)
+        providers.unregister(prov.name)
 
 
 def test_a_declared_projection_callable_is_judged_on_projection_cases(scratch: Path) -> None:

@@ -1,7 +1,7 @@
 """GPU-only reliability: bitwise determinism at a large batch, and a case above 2^31 elements.
 
 Acceptance rule for the kernel vs the FP64 oracle (bf16): max |err| <= RATIO x the rounding floor
-(blockattn.harness.metrics: floor_eff >= max |round_bf16(ref) - ref|). RATIO = 1.05, as in
+(blockattn.judge.metrics: floor_eff >= max |round_bf16(ref) - ref|). RATIO = 1.05, as in
 tests/kernels/test_attention.py: the hi/lo split leaves the final store as the only rounding at
 16-bit precision, and the ~16-bit-accurate intermediates can push a value across a rounding
 midpoint by at most a few percent of the floor. An addressing bug past 2^31 elements (a wrapped
@@ -17,7 +17,7 @@ import torch
 
 import oracles
 from blockattn import block_attention
-from blockattn.harness import metrics
+from blockattn.judge import metrics
 
 RATIO = 1.05
 pytestmark = pytest.mark.gpu

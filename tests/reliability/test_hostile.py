@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 import oracles
 from blockattn import block_attention, cli, projection_rotary_attention
-from blockattn.cases import make_case
+from blockattn.cases.generate import make_case
 
 T, H, D = 68, 1, 64  # lengths (3, 65): a partial block and a full one + 1
 BASE = make_case(lengths=[3, 65], H=H, D=D, dtype=torch.bfloat16, seed=1)
@@ -435,7 +435,7 @@ def test_cli_survives_corrupted_files(target: str, blob: bytes, tmp_path: Path, 
 
 
 def _runnable_spec(blob: bytes) -> bool:
-    from blockattn.harness.spec import CaseSpec
+    from blockattn.cases.spec import CaseSpec
 
     try:
         payload = json.loads(blob)

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from blockattn import cli
-from blockattn.harness.results import RESULTS, load_records
+from blockattn.run.results import RESULTS, load_records
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN_ARGS = ["--fuzz", "0", "--no-selfcheck", "--no-progress", "--no-tolerances"]

@@ -21,7 +21,7 @@ import torch
 
 import oracles
 from blockattn import block_attention
-from blockattn.cases import make_case, offsets_from_lengths
+from blockattn.cases.generate import make_case, offsets_from_lengths
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 BS = 64

@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from blockattn import cli, providers
-from blockattn.harness import runner, tolerances, verdict
-from blockattn.harness.spec import CaseSpec
+from blockattn import cli, pipeline, providers
+from blockattn.cases.spec import CaseSpec
+from blockattn.judge import evaluate, tolerances, verdict
+from blockattn.run import execute
 
 # Tiny cases: the interpreter runs each in well under a second.
 SPECS = [
@@ -35,22 +36,22 @@ def _oom_once_for(case_seed: int, real):
 
 
 def test_oom_in_each_stage_is_recorded_and_the_run_goes_on(tmp_path: Path, monkeypatch) -> None:
-    real_build = runner.build_inputs
+    real_build = evaluate.build_inputs
 
     def build(spec, dev):
         if spec.seed == 0:
             raise torch.cuda.OutOfMemoryError(OOM)
         return real_build(spec, dev)
 
-    monkeypatch.setattr(runner, "build_inputs", build)
-    monkeypatch.setattr(runner, "oracle_outputs", _oom_once_for(1, runner.oracle_outputs))
+    monkeypatch.setattr(evaluate, "build_inputs", build)
+    monkeypatch.setattr(evaluate, "oracle_outputs", _oom_once_for(1, evaluate.oracle_outputs))
     blockattn_run = providers.get("blockattn").run
     providers.register("oom_kernel", _oom_once_for(2, blockattn_run))
     try:
         tol = tolerances.load(
             tolerances.latest_released(tolerances.default_tolerance_dir(), device="cpu")
         )
-        recs = runner.run_cases(
+        recs = pipeline.run_cases(
             SPECS,
             tmp_path,
             provider_names=["oom_kernel", "eager"],
@@ -81,9 +82,9 @@ def test_unexpected_oom_clears_the_cuda_cache(monkeypatch: pytest.MonkeyPatch) -
     calls: list[int] = []
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: calls.append(1))
-    runner._release_cuda_memory(RuntimeError("not an OOM"))
+    execute.release_cuda_memory(RuntimeError("not an OOM"))
     assert calls == []
-    runner._release_cuda_memory(torch.cuda.OutOfMemoryError(OOM))
+    execute.release_cuda_memory(torch.cuda.OutOfMemoryError(OOM))
     assert calls == [1]
 
 
@@ -98,7 +99,7 @@ def test_real_cuda_oom_is_recorded_and_the_next_case_runs(tmp_path: Path) -> Non
 
     providers.register("hog", hog)
     try:
-        recs = runner.run_cases(
+        recs = pipeline.run_cases(
             SPECS[:2],
             tmp_path,
             provider_names=["hog", "eager"],

@@ -1,0 +1,123 @@
+"""CaseSpec: the JSON-able description of one case (enough to rebuild it bit-exactly)."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from blockattn.dtypes import DTYPES
+from blockattn.names import VARIANTS
+
+BLOCK_SIZE = 64
+# Projection cases: x is (T, PROJ_IN) - fixed so one seed rebuilds the same x, w, bias.
+PROJ_IN = 64
+
+
+@dataclass(frozen=True)
+class CaseSpec:
+    seed: int = 0
+    variant: str = "plain"
+    B: int = 4
+    max_len: int = 256
+    sparsity: float = 0.5
+    lengths: tuple[int, ...] | None = None  # explicit lengths override B/max_len/sparsity
+    H: int = 2
+    D: int = 64
+    dtype: str = "bfloat16"
+    distribution: str = "normal"
+    scale: float | None = None  # None -> 1/sqrt(D)
+    rotate_v: bool = True
+    kvheads: int | None = None  # projection only; None -> H (no GQA)
+    source: str = field(default="adhoc", compare=False)  # "corpus" | "fuzz" | "adhoc"
+    name: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        if self.variant not in VARIANTS:
+            raise ValueError(f"variant must be one of {VARIANTS}, got {self.variant!r}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {tuple(DTYPES)}, got {self.dtype!r}")
+        # Specs come from JSON reproducers and TOML files: type-check every field a tampered
+        # file could get wrong, so the error names it instead of failing deep in a case.
+        for name in ("seed", "B", "max_len", "H", "D"):
+            if not _is_int(getattr(self, name)):
+                raise TypeError(f"{name} must be an int, got {getattr(self, name)!r}")
+        if not _is_real(self.sparsity) or not 0.0 <= self.sparsity <= 1.0:
+            raise ValueError(f"sparsity must be in [0, 1], got {self.sparsity!r}")
+        if self.scale is not None and not (_is_real(self.scale) and math.isfinite(self.scale)):
+            raise ValueError(f"scale must be a finite number or None, got {self.scale!r}")
+        if self.kvheads is not None and not (_is_int(self.kvheads) and self.kvheads >= 1):
+            raise ValueError(f"kvheads must be an int >= 1 or None, got {self.kvheads!r}")
+        if not isinstance(self.rotate_v, bool):
+            raise TypeError(f"rotate_v must be a bool, got {self.rotate_v!r}")
+        if self.lengths is not None:
+            if isinstance(self.lengths, (str, bytes)) or not all(map(_is_int, self.lengths)):
+                raise TypeError(f"lengths must be a list of ints, got {self.lengths!r}")
+            object.__setattr__(self, "lengths", tuple(int(n) for n in self.lengths))
+            if any(n < 0 for n in self.lengths):
+                raise ValueError("lengths must be >= 0")
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return DTYPES[self.dtype]
+
+    @property
+    def effective_scale(self) -> float:
+        return self.scale if self.scale is not None else self.D**-0.5
+
+    def identity(self) -> dict[str, Any]:
+        """Fields that determine the numbers (name/source excluded)."""
+        d = dataclasses.asdict(self)
+        d.pop("source")
+        d.pop("name")
+        if d["lengths"] is not None:
+            d["lengths"] = list(d["lengths"])
+        return d
+
+    @property
+    def case_id(self) -> str:
+        """Stable id: hash of the identity fields, so resume and baseline diffs match by value."""
+        blob = json.dumps(self.identity(), sort_keys=True).encode()
+        return f"{self.variant[:4]}-{self.dtype[:4]}-{hashlib.sha256(blob).hexdigest()[:10]}"
+
+    def to_dict(self) -> dict[str, Any]:
+        d = self.identity()
+        d["source"] = self.source
+        d["name"] = self.name
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> CaseSpec:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(d) - known - {"case_id"}
+        if unknown:
+            raise ValueError(f"unknown case fields: {sorted(unknown)}")
+        kw = {k: v for k, v in d.items() if k in known}
+        if kw.get("lengths") is not None:
+            kw["lengths"] = tuple(kw["lengths"])
+        return cls(**kw)
+
+    def short(self) -> str:
+        shape = (
+            f"lengths={list(self.lengths)}"
+            if self.lengths is not None
+            else (f"B={self.B} max_len={self.max_len} sparsity={self.sparsity:g}")
+        )
+        extra = "" if self.scale is None else f" scale={self.scale:g}"
+        return (
+            f"{self.variant} {self.dtype} {shape} H={self.H} D={self.D} "
+            f"dist={self.distribution} seed={self.seed}{extra}"
+        )
+
+
+def _is_int(x: object) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _is_real(x: object) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)

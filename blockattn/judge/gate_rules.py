@@ -1,0 +1,61 @@
+"""The gate's decision over a whole run: fail closed on anything that is not positive evidence.
+
+`decide` turns per-case verdicts (+ regressions vs a baseline) into pass/fail with reasons:
+* zero cases judged fails (a gate that looked at nothing has shown nothing);
+* any failing case fails;
+* with a baseline: a baseline that shares no case with the run fails (nothing was compared);
+  a case missing from the baseline is counted and reported; each regression fails.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Decision:
+    failed: bool = False
+    reasons: list[str] = field(default_factory=list)
+    regressions: list[tuple[str, str]] = field(default_factory=list)
+    missing_in_baseline: int = 0
+
+    def fail(self, why: str) -> None:
+        self.failed = True
+        self.reasons.append(why)
+
+
+def decide(
+    records: list[dict[str, Any]],
+    verdicts: list,  # list[verdict.Verdict], one per record
+    baseline: dict[str, dict[str, Any]] | None,
+    tol=None,
+    under_test: str | None = None,
+) -> Decision:
+    from blockattn.judge import verdict as _verdict
+
+    d = Decision()
+    judged = [v for v in verdicts if not v.skipped]
+    if not records or not judged:
+        d.fail(f"zero cases judged ({len(records)} run, {len(verdicts) - len(judged)} skipped)")
+    n_bad = sum(not v.passed for v in verdicts)
+    if n_bad:
+        d.fail(f"{n_bad} of {len(verdicts)} cases failed")
+    if baseline is not None:
+        shared = 0
+        for r in records:
+            old = baseline.get(r["case_id"])
+            if old is None:
+                d.missing_in_baseline += 1
+                continue
+            shared += 1
+            if tol is not None:
+                ut = under_test or r.get("under_test")
+                d.regressions += [
+                    (r["case_id"], m) for m in _verdict.regressions(r, old, tol, ut)
+                ]
+        if records and shared == 0:
+            d.fail("the baseline shares no case with this run: nothing was compared")
+        if d.regressions:
+            d.fail(f"{len(d.regressions)} regressions vs the baseline")
+    return d

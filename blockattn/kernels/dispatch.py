@@ -1,0 +1,77 @@
+"""Which kernel path runs a launch: the portable kernels (`attention.py`) or the opt-in Hopper
+TMA path (`attention_hopper.py`). It sits above both, so neither path imports the other; ops,
+the bench and the tools launch through `attention_fwd` / `attention_bwd` here."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+from torch import Tensor
+
+from blockattn.kernels import attention as portable
+from blockattn.kernels import attention_hopper as AH
+from blockattn.kernels.tile_math import _SPLIT_DTYPES, INTERPRET
+from blockattn.kernels.tiles import TileTable
+
+
+def kernel_path(kernel: str, q: Tensor, sinu_pos: Tensor | None, loaded: tuple[Tensor, ...]) -> str:
+    """"hopper" or "portable": which kernels run this launch.
+
+    BLOCKATTN_KERNEL_PATH=portable|hopper forces one (hopper raises where it cannot run);
+    "prefer-hopper" takes the Hopper path wherever it can run and the portable one elsewhere
+    (fp32, the interpreter, inputs TMA cannot walk): what runs the whole suite against it.
+    Unset or "auto" takes the Hopper path on sm_90 for 16-bit inputs whose (kernel, rotary,
+    head dim) has a measured config in attention_hopper.CONFIGS (entered only where the device
+    measured it faster) and whose loaded tensors TMA can read.
+    """
+    want = os.environ.get("BLOCKATTN_KERNEL_PATH", "auto")
+    if want not in ("auto", "portable", "hopper", "prefer-hopper"):
+        raise ValueError(f"BLOCKATTN_KERNEL_PATH={want!r}: expected auto, portable, hopper "
+                         "or prefer-hopper")
+    if want == "portable" or (want == "auto" and INTERPRET):
+        return "portable"
+    if want == "auto" and (kernel, sinu_pos is not None, q.shape[2]) not in AH.CONFIGS:
+        return "portable"  # no measured config: skip the checks below on every launch
+    why = None
+    # The interpreter runs the Hopper kernels' source too (tests, mutants on CPU).
+    on_sm90 = q.device.type == "cuda" and torch.cuda.get_device_capability(q.device) == (9, 0)
+    if not (INTERPRET or on_sm90):
+        why = "it needs an sm_90 GPU"
+    elif q.dtype not in _SPLIT_DTYPES:
+        why = f"q.dtype={q.dtype} (it takes bfloat16 and float16)"
+    elif not AH.eligible(*loaded):
+        why = "TMA needs 16-byte aligned, head-packed (T, H, D) inputs with unit stride along D"
+    if want == "hopper":
+        if why:
+            raise RuntimeError(f"BLOCKATTN_KERNEL_PATH=hopper cannot run: {why}")
+        return "hopper"
+    return "portable" if why else "hopper"  # prefer-hopper, or auto with a measured config
+
+
+def attention_fwd(q: Tensor, k: Tensor, v: Tensor, table: TileTable, sinu_pos: Tensor | None,
+                  scale: float, block_size: int, rotate_v: bool,
+                  out: Tensor | None = None) -> Tensor:
+    """Forward launch on validated inputs (unit stride along D). Returns O (T, H, D)."""
+    o = torch.empty(q.shape, dtype=q.dtype, device=q.device) if out is None else out
+    if kernel_path("fwd", q, sinu_pos, (q, k, v)) == "hopper":
+        return AH.launch_fwd(q, k, v, o, table, sinu_pos, scale, block_size, rotate_v)
+    return portable.launch_fwd(q, k, v, table, sinu_pos, scale, block_size, rotate_v, o)
+
+
+def attention_bwd(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor, table: TileTable,
+                  sinu_pos: Tensor | None, scale: float, block_size: int, rotate_v: bool,
+                  grads: tuple[Tensor, Tensor, Tensor] | None = None,
+                  centred: bool = True) -> tuple[Tensor, Tensor, Tensor]:
+    """Backward launch. Returns (dq, dk, dv) w.r.t. the un-rotated q, k, v.
+
+    centred=False runs the previous dS numerics (uncentred dP, one-pass Di, unscaled fp16 dS
+    split), kept for comparison; the default is the centred path (see _bwd_tile).
+    """
+    if grads is None:
+        grads = tuple(torch.empty(q.shape, dtype=q.dtype, device=q.device) for _ in range(3))
+    if kernel_path("bwd", q, sinu_pos, (q, k, v, grad_out)) == "hopper":
+        return AH.launch_bwd(q, k, v, grad_out, grads, table, sinu_pos, scale, block_size,
+                             rotate_v, centred)
+    return portable.launch_bwd(q, k, v, grad_out, table, sinu_pos, scale, block_size, rotate_v,
+                               grads, centred)

@@ -1,0 +1,355 @@
+"""The tile arithmetic both kernel paths share (portable `attention.py`, Hopper TMA
+`attention_hopper.py`): interpreter shims, numeric helpers, tile pointers, the forward and
+backward bodies of one (block, head) tile from its loaded q, k, v (, dO), and the launch flags
+that select their compile-time branches. Each path only loads tiles its own way.
+
+Design notes (accuracy, cancellation) are in `attention.py`'s docstring.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+# The interpreter runs the same kernel source on CPU tensors. It differs from the GPU in two ways
+# that matter here, each shimmed below and only under the interpreter:
+# - its tl.dot silently returns garbage for bf16 operands (triton issue 11584): we upcast the
+#   operands to fp32 first, which is exact for bf16/fp16 values;
+# - its fp32 -> bf16 cast truncates instead of rounding to nearest even: we round the fp32 bits
+#   ourselves first, after which the truncating cast is exact.
+INTERPRET: bool = os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+LOG2E = 1.4426950408889634
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+@triton.jit
+def _round_to(x, DT: tl.constexpr, IS_BF16: tl.constexpr, INTERPRET: tl.constexpr):
+    """fp32 -> DT with round-to-nearest-even on every backend."""
+    if INTERPRET and IS_BF16:
+        bits = x.to(tl.uint32, bitcast=True)
+        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+        x = tl.where(x != x, x, bits.to(tl.float32, bitcast=True))  # keep NaN payloads NaN
+    return x.to(DT)
+
+
+@triton.jit
+def _split(x, DT: tl.constexpr, IS_BF16: tl.constexpr, INTERPRET: tl.constexpr):
+    """x (fp32) ~= hi + lo with hi, lo in DT: hi carries the top bits, lo the next ones."""
+    hi = _round_to(x, DT, IS_BF16, INTERPRET)
+    lo = _round_to(x - hi.to(tl.float32), DT, IS_BF16, INTERPRET)
+    return hi, lo
+
+
+@triton.jit
+def _mma(a, b, acc, IEEE: tl.constexpr, INTERPRET: tl.constexpr):
+    """acc + a @ b with fp32 accumulation."""
+    if INTERPRET:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
+    elif IEEE:
+        return tl.dot(a, b, acc, input_precision="ieee")
+    else:
+        return tl.dot(a, b, acc)
+
+
+@triton.jit
+def _mma_split(a_hi, a_lo, b_hi, b_lo, acc, A_LO: tl.constexpr, B_LO: tl.constexpr,
+               IEEE: tl.constexpr, INTERPRET: tl.constexpr):
+    """acc + (a_hi + a_lo) @ (b_hi + b_lo), dropping lo @ lo (2^-16 relative: below fp32 noise
+    of the sum at 16-bit output precision)."""
+    if A_LO:
+        acc = _mma(a_lo, b_hi, acc, IEEE, INTERPRET)
+    if B_LO:
+        acc = _mma(a_hi, b_lo, acc, IEEE, INTERPRET)
+    return _mma(a_hi, b_hi, acc, IEEE, INTERPRET)
+
+
+@triton.jit
+def _rotate(x, sin, cos, CONJ: tl.constexpr, BLOCK: tl.constexpr, HALF: tl.constexpr):
+    """Rotary on interleaved pairs (x[2i], x[2i+1]) by angle i; CONJ applies the transpose."""
+    x0, x1 = tl.split(tl.reshape(x, (BLOCK, HALF, 2)))
+    if CONJ:
+        y0 = x0 * cos + x1 * sin
+        y1 = x1 * cos - x0 * sin
+    else:
+        y0 = x0 * cos - x1 * sin
+        y1 = x1 * cos + x0 * sin
+    return tl.reshape(tl.join(y0, y1), (BLOCK, 2 * HALF))
+
+
+@triton.jit
+def _tile(base, start, n, h, stride_t, stride_h, BLOCK: tl.constexpr, HEAD_DIM: tl.constexpr):
+    """Pointers and row mask of the (BLOCK, HEAD_DIM) tile of head h at tokens [start, start+n).
+
+    Token indices are int64 before the stride multiply: safe for T*H*D beyond 2^31 elements.
+    Rows >= n are masked: loads give 0, stores skip them.
+    """
+    rows = tl.arange(0, BLOCK)
+    tok = (start + rows).to(tl.int64)
+    ptrs = base + tok[:, None] * stride_t + h * stride_h + tl.arange(0, HEAD_DIM)[None, :]
+    return ptrs, (rows < n)[:, None]
+
+
+@triton.jit
+def _load(tile):
+    ptrs, mask = tile
+    return tl.load(ptrs, mask=mask, other=0.0)
+
+
+@triton.jit
+def _load_sinu(SIN, start, n, stride_st, ROTARY: tl.constexpr, BLOCK: tl.constexpr,
+               HALF: tl.constexpr):
+    """(BLOCK, HALF) fp32 sin and cos of the block's tokens (zeros when ROTARY is off)."""
+    sin = tl.zeros((BLOCK, HALF), dtype=tl.float32)
+    cos = sin
+    if ROTARY:
+        ptrs, mask = _tile(SIN, start, n, start, stride_st, 0, BLOCK, HALF)  # h * 0 = 0
+        sin = tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)
+        cos = tl.load(ptrs + HALF, mask=mask, other=0.0).to(tl.float32)
+    return sin, cos
+
+
+@triton.jit
+def _operand(x, SIN, start, n, stride_st, ROTATE: tl.constexpr, SPLIT: tl.constexpr,
+             IS_BF16: tl.constexpr, BLOCK: tl.constexpr, HALF: tl.constexpr,
+             INTERPRET: tl.constexpr):
+    """A loaded (BLOCK, D) tile as an MMA operand: rotated tiles come back as hi/lo halves.
+
+    sin/cos are read per operand (L1 hits after the first) so the fp32 tables are never live
+    across the whole tile: that is what kept the rotary kernels from spilling.
+    """
+    if ROTATE:
+        sin, cos = _load_sinu(SIN, start, n, stride_st, True, BLOCK, HALF)
+        xr = _rotate(x.to(tl.float32), sin, cos, False, BLOCK, HALF)
+        if SPLIT:
+            hi, lo = _split(xr, x.dtype, IS_BF16, INTERPRET)
+        else:
+            hi = xr.to(x.dtype)
+            lo = hi
+        return hi, lo
+    return x, x
+
+
+@triton.jit
+def _centred(x, row0, SIN, start, n, stride_st, ROTATE: tl.constexpr, SPLIT: tl.constexpr,
+             IS_BF16: tl.constexpr, BLOCK: tl.constexpr, HALF: tl.constexpr,
+             INTERPRET: tl.constexpr):
+    """A loaded (BLOCK, D) tile minus one row vector m, as hi/lo MMA operand halves.
+
+    Used for V in the backward, where any m subtracted from every row leaves dP - Di unchanged
+    (see _bwd_tile); m removes the part that nearly equal rows share from the fp32 dO V^T sums.
+    - Rotated tile (fp32 after the rotation): m is the mean of its n valid rows (padded rows
+      are 0 and are kept 0), taken before the hi/lo split the rotated tile gets anyway, so no
+      MMA is added.
+    - Plain tile: m is the block's first row, re-loaded as a (1, D) tile (`row0`, an L1 hit;
+      on an H100 a reduction across rows cost more than one more MMA). x - m is exact in fp32
+      but not in the input dtype, so it enters as hi + lo: one extra MMA. Padded rows become -m,
+      finite, in columns where P is 0.
+    """
+    if ROTATE:
+        sin, cos = _load_sinu(SIN, start, n, stride_st, True, BLOCK, HALF)
+        xr = _rotate(x.to(tl.float32), sin, cos, False, BLOCK, HALF)
+        m = tl.sum(xr, axis=0) / tl.maximum(n, 1).to(tl.float32)  # padded rows are 0
+        xc = tl.where((tl.arange(0, BLOCK) < n)[:, None], xr - m[None, :], 0.0)
+    else:
+        xc = x.to(tl.float32) - _load(row0).to(tl.float32)
+    if SPLIT:
+        hi, lo = _split(xc, x.dtype, IS_BF16, INTERPRET)
+    else:  # fp32 input: the exact-input (ieee) MMA takes the fp32 tile as is
+        hi = xc
+        lo = xc
+    return hi, lo
+
+
+@triton.jit
+def _pow2_scale(amax, EXP: tl.constexpr):
+    """(2^e, 2^-e) with amax * 2^e in [2^EXP, 2^(EXP+1)) for a finite amax > 0; e is clamped to
+    [-64, 64] (amax = 0 gives 2^64). Scaling by a power of two is exact."""
+    e = EXP + 127 - ((amax.to(tl.uint32, bitcast=True) >> 23) & 0xFF).to(tl.int32)
+    e = tl.minimum(tl.maximum(e, -64), 64)
+    up = ((e + 127).to(tl.uint32) << 23).to(tl.float32, bitcast=True)
+    down = ((127 - e).to(tl.uint32) << 23).to(tl.float32, bitcast=True)
+    return up, down
+
+
+@triton.jit
+def _probs(q_hi, q_lo, k_hi, k_lo, n, qk_scale, LO: tl.constexpr, IEEE: tl.constexpr,
+           INTERPRET: tl.constexpr, BLOCK: tl.constexpr):
+    """P = softmax over the n valid keys of scale * q k^T, normalised in fp32."""
+    s = tl.zeros((BLOCK, BLOCK), dtype=tl.float32)
+    s = _mma_split(q_hi, q_lo, tl.trans(k_hi), tl.trans(k_lo), s, LO, LO, IEEE, INTERPRET)
+    s = tl.where((tl.arange(0, BLOCK) < n)[None, :], s * qk_scale, float("-inf"))  # log2 domain
+    m = tl.max(s, axis=1)
+    p = tl.math.exp2(s - m[:, None])
+    return p / tl.sum(p, axis=1)[:, None]
+
+
+@triton.jit
+def _store(tile, x, SIN, start, n, stride_st, ROTATE: tl.constexpr, IS_BF16: tl.constexpr,
+           BLOCK: tl.constexpr, HALF: tl.constexpr, INTERPRET: tl.constexpr):
+    """Store an fp32 tile, first rotated back (transpose rotation) if ROTATE.
+
+    sin/cos are re-read here (an L1/L2 hit) rather than kept live since the loads: two fp32
+    (BLOCK, HALF) tiles held across the whole backward cost ~64 registers per thread.
+    """
+    if ROTATE:
+        sin, cos = _load_sinu(SIN, start, n, stride_st, True, BLOCK, HALF)
+        x = _rotate(x, sin, cos, True, BLOCK, HALF)
+    ptrs, mask = tile
+    tl.store(ptrs, _round_to(x, ptrs.dtype.element_ty, IS_BF16, INTERPRET), mask=mask)
+
+
+# ----------------------------------------------------------------------------- tile lookup
+
+
+@triton.jit
+def _tile_at(tile, tile_start, tile_len, n_tiles, H: tl.constexpr):
+    """(head, first token, valid tokens) of tile `tile`; n = 0 past the table (slot padding or
+    the persistent loop's overshoot), which masks every load and store of that tile."""
+    blk = tile // H
+    live = tile < n_tiles
+    n = tl.load(tile_len + blk, mask=live, other=0)
+    start = tl.load(tile_start + blk, mask=live, other=0)
+    return tile % H, start, n
+
+
+# ----------------------------------------------------------------------------- tile bodies
+
+
+@triton.jit
+def _fwd_body(q, k, v, h, start, n, O, SIN, stride_ot, stride_oh, stride_st, qk_scale,
+              HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr,
+              ROTARY: tl.constexpr, ROTATE_V: tl.constexpr, SPLIT: tl.constexpr,
+              IS_BF16: tl.constexpr, IEEE: tl.constexpr, INTERPRET: tl.constexpr):
+    """The forward of one tile from its loaded q, k, v (rows >= n zero): also the body of the
+    Hopper TMA kernel (blockattn.kernels.attention_hopper), which loads them its own way."""
+    HALF: tl.constexpr = HEAD_DIM // 2
+    q_hi, q_lo = _operand(q, SIN, start, n, stride_st, ROTARY, SPLIT, IS_BF16,
+                          BLOCK, HALF, INTERPRET)
+    k_hi, k_lo = _operand(k, SIN, start, n, stride_st, ROTARY, SPLIT, IS_BF16,
+                          BLOCK, HALF, INTERPRET)
+    p = _probs(q_hi, q_lo, k_hi, k_lo, n, qk_scale, ROTARY and SPLIT, IEEE, INTERPRET, BLOCK)
+    # V is rotated only now, after q/k are dead, to keep register pressure down.
+    v_hi, v_lo = _operand(v, SIN, start, n, stride_st, ROTATE_V, SPLIT, IS_BF16,
+                          BLOCK, HALF, INTERPRET)
+    acc = tl.zeros((BLOCK, HEAD_DIM), dtype=tl.float32)
+    if SPLIT:
+        p_hi, p_lo = _split(p, q.dtype, IS_BF16, INTERPRET)
+        acc = _mma_split(p_hi, p_lo, v_hi, v_lo, acc, True, ROTATE_V, IEEE, INTERPRET)
+    else:
+        acc = _mma(p.to(q.dtype), v_hi, acc, IEEE, INTERPRET)
+    _store(_tile(O, start, n, h, stride_ot, stride_oh, BLOCK, HEAD_DIM), acc, SIN, start, n,
+           stride_st, False, IS_BF16, BLOCK, HALF, INTERPRET)
+
+
+@triton.jit
+def _bwd_body(q, k, v, do, h, start, n, V, DQ, DK, DV, SIN, stride_vt, stride_vh,
+              stride_dqt, stride_dqh, stride_dkt, stride_dkh, stride_dvt, stride_dvh,
+              stride_st, qk_scale, sm_scale,
+              HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr,
+              ROTARY: tl.constexpr, ROTATE_V: tl.constexpr, SPLIT: tl.constexpr,
+              IS_BF16: tl.constexpr, IEEE: tl.constexpr, INTERPRET: tl.constexpr,
+              CENTRED: tl.constexpr):
+    """The backward of one tile from its loaded q, k, v, dO (rows >= n zero); V is re-read only
+    for its first row (centred plain V). Also the body of the Hopper TMA kernel."""
+    HALF: tl.constexpr = HEAD_DIM // 2
+    QK_LO: tl.constexpr = ROTARY and SPLIT
+    V_LO: tl.constexpr = (ROTATE_V or CENTRED) and SPLIT
+    # Where the centred plain V is formed (H100, bf16 bwd): before QK^T at D=64 (0.62 vs 0.66 ms
+    # after it), after it at D=128 (1.44 vs 1.46 ms). A rotated V always comes after, once q/k
+    # are dead, for register pressure.
+    V_EARLY: tl.constexpr = CENTRED and not ROTATE_V and HEAD_DIM <= 64
+    q_hi, q_lo = _operand(q, SIN, start, n, stride_st, ROTARY, SPLIT, IS_BF16,
+                          BLOCK, HALF, INTERPRET)
+    k_hi, k_lo = _operand(k, SIN, start, n, stride_st, ROTARY, SPLIT, IS_BF16,
+                          BLOCK, HALF, INTERPRET)
+    # dP = dO V^T; Di = rowsum(P * dP) in-tile (no stored O, no preprocessing pass).
+    # dS = P * (dP - Di) cancels: dP_ij and Di are large and nearly equal when V's rows nearly
+    # agree or P is saturated, and their fp32 errors (~ D 2^-24 sum_d |dO_id V_jd| for dP) then
+    # dominate dP - Di = dO_i . (V_j - O_i). With CENTRED, both are kept relative to dP - Di:
+    # - V minus one row vector m per block (_centred): dP - Di is unchanged, as every row of
+    #   P sums to 1, but the MMA now sums dO_i . (V_j - m), small when V's rows nearly agree;
+    # - Di in two passes: dP is first shifted by the fp32 Di, then Di is summed again over the
+    #   shifted dP. The P-weighted mean is shift-invariant, so the second pass only sees terms
+    #   of the size of dP - Di and its rounding (and that of P's row sum) stays relative to them.
+    if V_EARLY:
+        v_hi, v_lo = _centred(v, _tile(V, start, tl.minimum(n, 1), h, stride_vt, stride_vh, 1,
+                                       HEAD_DIM),
+                              SIN, start, n, stride_st, False, SPLIT, IS_BF16,
+                              BLOCK, HALF, INTERPRET)
+    p = _probs(q_hi, q_lo, k_hi, k_lo, n, qk_scale, QK_LO, IEEE, INTERPRET, BLOCK)
+    if CENTRED and not V_EARLY:
+        v_hi, v_lo = _centred(v, _tile(V, start, tl.minimum(n, 1), h, stride_vt, stride_vh, 1,
+                                       HEAD_DIM),
+                              SIN, start, n, stride_st, ROTATE_V, SPLIT, IS_BF16,
+                              BLOCK, HALF, INTERPRET)
+    elif not CENTRED:
+        v_hi, v_lo = _operand(v, SIN, start, n, stride_st, ROTATE_V, SPLIT, IS_BF16,
+                              BLOCK, HALF, INTERPRET)
+    dp = tl.zeros((BLOCK, BLOCK), dtype=tl.float32)
+    dp = _mma_split(do, do, tl.trans(v_hi), tl.trans(v_lo), dp, False, V_LO, IEEE, INTERPRET)
+    if CENTRED:  # first pass of Di
+        dp = dp - tl.sum(p * dp, axis=1)[:, None]
+    ds = p * (dp - tl.sum(p * dp, axis=1)[:, None])  # padded rows: dO = 0, so dS = 0
+    # Each gradient is stored as soon as it is complete, so only one (BLOCK, D) fp32
+    # accumulator is live at a time.
+    acc = tl.zeros((BLOCK, HEAD_DIM), dtype=tl.float32)
+    if SPLIT:
+        p_hi, p_lo = _split(p, q.dtype, IS_BF16, INTERPRET)
+        acc = _mma_split(tl.trans(p_hi), tl.trans(p_lo), do, do, acc, True, False, IEEE,
+                         INTERPRET)
+    else:
+        acc = _mma(tl.trans(p.to(q.dtype)), do, acc, IEEE, INTERPRET)
+    _store(_tile(DV, start, n, h, stride_dvt, stride_dvh, BLOCK, HEAD_DIM), acc, SIN, start, n,
+           stride_st, ROTATE_V, IS_BF16, BLOCK, HALF, INTERPRET)
+    if SPLIT:
+        if CENTRED and not IS_BF16:
+            # fp16: where dS is small (as it is when dP - Di is) its lo half falls below fp16's
+            # normal range and loses its bits. Split dS at a power-of-two scale that puts the
+            # tile's max |dS| at 2^14, and fold the inverse (exact) into the store scale.
+            ds_up, ds_down = _pow2_scale(tl.max(tl.max(tl.abs(ds), axis=1, keep_dims=True),
+                                                axis=0, keep_dims=True), 14)
+            ds = ds * ds_up
+            sm_scale = sm_scale * ds_down
+        ds_hi, ds_lo = _split(ds, q.dtype, IS_BF16, INTERPRET)
+    else:
+        ds_hi = ds.to(q.dtype)
+        ds_lo = ds_hi
+    acc = tl.zeros((BLOCK, HEAD_DIM), dtype=tl.float32)
+    acc = _mma_split(ds_hi, ds_lo, k_hi, k_lo, acc, SPLIT, QK_LO, IEEE, INTERPRET)
+    _store(_tile(DQ, start, n, h, stride_dqt, stride_dqh, BLOCK, HEAD_DIM), acc * sm_scale,
+           SIN, start, n, stride_st, ROTARY, IS_BF16, BLOCK, HALF, INTERPRET)
+    acc = tl.zeros((BLOCK, HEAD_DIM), dtype=tl.float32)
+    acc = _mma_split(tl.trans(ds_hi), tl.trans(ds_lo), q_hi, q_lo, acc, SPLIT, QK_LO, IEEE,
+                     INTERPRET)
+    _store(_tile(DK, start, n, h, stride_dkt, stride_dkh, BLOCK, HEAD_DIM), acc * sm_scale,
+           SIN, start, n, stride_st, ROTARY, IS_BF16, BLOCK, HALF, INTERPRET)
+
+
+# ----------------------------------------------------------------------------- launch flags
+
+_SPLIT_DTYPES = (torch.bfloat16, torch.float16)
+
+
+def block_rows(block_size: int) -> int:
+    """Rows of a tile (BLOCK): the block size rounded up to a power of two, at least 16 (the
+    smallest tl.dot operand); rows >= the block's valid tokens are masked."""
+    return max(16, triton.next_power_of_2(block_size))
+
+
+def _flags(q: torch.Tensor, sinu_pos: torch.Tensor | None, rotate_v: bool,
+           centred: bool = True) -> dict:
+    return dict(
+        ROTARY=sinu_pos is not None,
+        ROTATE_V=sinu_pos is not None and rotate_v,
+        SPLIT=q.dtype in _SPLIT_DTYPES,
+        IS_BF16=q.dtype == torch.bfloat16,
+        IEEE=q.dtype == torch.float32,  # fp32 inputs: full-precision MMAs, no tf32
+        INTERPRET=INTERPRET,
+        CENTRED=centred,  # backward only: centred dP - Di (see _bwd_tile); False = the old path
+    )

@@ -1,0 +1,320 @@
+"""Planted kernel bugs: "core" (masking, scaling, softmax/Di, gradient plumbing, strides, tile
+table, autograd, the Hopper path) and "rotary" (anchors inside `_rotate`, `_load_sinu`, `_store`
+and the rotation call sites, the functions most often edited for register pressure, kept apart
+and re-checked on every test run)."""
+
+from __future__ import annotations
+
+from blockattn.mutants.mutant import ATT, HOPPER, OPS, PREFER_HOPPER, TILE_MATH, TILES, Mutant
+
+CORE: tuple[Mutant, ...] = (
+    Mutant(
+        "mask-off-by-one",
+        "core",
+        TILE_MATH,
+        "s = tl.where((tl.arange(0, BLOCK) < n)[None, :],",
+        "s = tl.where((tl.arange(0, BLOCK) <= n)[None, :],",
+        "key mask `<= n`: one padded (zero) key of a partial block gets probability",
+        ci=True,
+    ),
+    Mutant(
+        "key-mask-missing",
+        "core",
+        TILE_MATH,
+        's = tl.where((tl.arange(0, BLOCK) < n)[None, :], s * qk_scale, float("-inf"))',
+        "s = s * qk_scale",
+        "no key mask: padded keys of the partial block take part in the softmax",
+    ),
+    Mutant(
+        "softmax-no-max-subtraction",
+        "core",
+        TILE_MATH,
+        "p = tl.math.exp2(s - m[:, None])",
+        "p = tl.math.exp2(s)",
+        "softmax without subtracting the row max: overflows on large logits",
+    ),
+    Mutant(
+        "fwd-scale-twice",
+        "core",
+        ATT,
+        "o.stride(0), o.stride(1), sin.stride(0), scale * LOG2E,",
+        "o.stride(0), o.stride(1), sin.stride(0), scale * scale * LOG2E,",
+        "forward multiplies the logits by the softmax scale twice",
+    ),
+    Mutant(
+        "fwd-scale-missing",
+        "core",
+        ATT,
+        "o.stride(0), o.stride(1), sin.stride(0), scale * LOG2E,",
+        "o.stride(0), o.stride(1), sin.stride(0), LOG2E,",
+        "forward never applies the softmax scale",
+    ),
+    Mutant(
+        "bwd-log2e-missing",
+        "core",
+        ATT,
+        "        scale * LOG2E, scale,\n",
+        "        scale, scale,\n",
+        "backward recomputes P with exp2 of natural-log-domain logits (fwd/bwd disagree)",
+    ),
+    Mutant(
+        "dqdk-scale-twice",
+        "core",
+        ATT,
+        "        scale * LOG2E, scale,\n",
+        "        scale * LOG2E, scale * scale,\n",
+        "backward multiplies dQ and dK by the softmax scale twice",
+    ),
+    Mutant(
+        "dq-scale-missing",
+        "core",
+        TILE_MATH,
+        "_store(_tile(DQ, start, n, h, stride_dqt, stride_dqh, BLOCK, HEAD_DIM), acc * sm_scale,",
+        "_store(_tile(DQ, start, n, h, stride_dqt, stride_dqh, BLOCK, HEAD_DIM), acc,",
+        "dQ is stored without the softmax scale",
+    ),
+    Mutant(
+        "di-dropped",
+        "core",
+        TILE_MATH,
+        # Both passes of Di: dropping only the second would leave dP shifted by the first.
+        "if CENTRED:  # first pass of Di\n"
+        "        dp = dp - tl.sum(p * dp, axis=1)[:, None]\n"
+        "    ds = p * (dp - tl.sum(p * dp, axis=1)[:, None])",
+        "ds = p * dp",
+        "dS = P * dP: the Di = rowsum(P * dP) term of the softmax backward is dropped",
+        ci=True,
+    ),
+    Mutant(
+        "di-from-rounded-p",
+        "core",
+        TILE_MATH,
+        # Both passes of Di, replaced by one pass from the rounded P.
+        "if CENTRED:  # first pass of Di\n"
+        "        dp = dp - tl.sum(p * dp, axis=1)[:, None]\n"
+        "    ds = p * (dp - tl.sum(p * dp, axis=1)[:, None])",
+        "ds = p * (dp - tl.sum(p.to(q.dtype).to(tl.float32) * dp, axis=1)[:, None])",
+        "Di computed from P rounded to the input dtype instead of the fp32 P",
+    ),
+    Mutant(
+        "ds-missing-p",
+        "core",
+        TILE_MATH,
+        "ds = p * (dp - tl.sum(p * dp, axis=1)[:, None])",
+        "ds = dp - tl.sum(p * dp, axis=1)[:, None]",
+        "dS = dP - Di: the factor P of the softmax Jacobian is forgotten",
+    ),
+    Mutant(
+        "p-rounded-before-normalisation",
+        "core",
+        TILE_MATH,
+        "return p / tl.sum(p, axis=1)[:, None]",
+        "return p.to(q_hi.dtype).to(tl.float32) / tl.sum(p, axis=1)[:, None]",
+        "unnormalised P rounded to the input dtype, then divided by the fp32 row sum",
+    ),
+    Mutant(
+        "dv-written-to-dk",
+        "core",
+        TILE_MATH,
+        "_store(_tile(DV, start, n, h, stride_dvt, stride_dvh, BLOCK, HEAD_DIM), acc,",
+        "_store(_tile(DK, start, n, h, stride_dkt, stride_dkh, BLOCK, HEAD_DIM), acc,",
+        "dV is stored into dK's buffer (dV left unwritten, dK overwritten later)",
+        ci=True,
+    ),
+    Mutant(
+        "dk-uses-ds-untransposed",
+        "core",
+        TILE_MATH,
+        "acc = _mma_split(tl.trans(ds_hi), tl.trans(ds_lo), q_hi, q_lo,",
+        "acc = _mma_split(ds_hi, ds_lo, q_hi, q_lo,",
+        "dK = dS Q instead of dS^T Q",
+    ),
+    Mutant(
+        "dv-uses-p-untransposed",
+        "core",
+        TILE_MATH,
+        "acc = _mma_split(tl.trans(p_hi), tl.trans(p_lo), do, do,",
+        "acc = _mma_split(p_hi, p_lo, do, do,",
+        "dV = P dO instead of P^T dO",
+    ),
+    Mutant(
+        "head-index-from-block",
+        "core",
+        TILE_MATH,
+        "    return tile % H, start, n\n",
+        "    return blk % H, start, n\n",
+        "head index taken from the block index (some heads computed twice, some never)",
+    ),
+    Mutant(
+        "strides-assumed-contiguous",
+        "core",
+        ATT,
+        "q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),\n"
+        "        o.stride(0)",
+        "H * D, D, H * D, D, H * D, D,\n        o.stride(0)",
+        "forward assumes contiguous (T, H, D) inputs: wrong token/head strides for strided views",
+    ),
+    Mutant(
+        "single-token-block-skipped",
+        "core",
+        ATT,
+        "        if n > 0:\n            _fwd_tile(",
+        "        if n > 1:\n            _fwd_tile(",
+        "forward empty-tile guard `n > 1`: blocks of one token are never written",
+    ),
+    Mutant(
+        "block-start-from-batch",
+        "core",
+        TILES,
+        "start = off[seq_c] + j * block_size",
+        "start = slot * block_size",
+        "block start from the flat token stream (slot * 64), not from its sequence's start",
+        ci=True,
+    ),
+    Mutant(
+        "partial-block-dropped",
+        "core",
+        TILES,
+        "nblk = (lengths + block_size - 1) // block_size",
+        "nblk = lengths // block_size",
+        "blocks per sequence floor(n / 64) instead of ceil: the partial last block is dropped",
+    ),
+    Mutant(
+        "partial-block-as-full",
+        "core",
+        TILES,
+        "length = (lengths[seq_c] - j * block_size).clamp(0, block_size)",
+        "length = torch.full_like(lengths[seq_c], block_size)",
+        "every block treated as full: the partial block reads into the next sequence",
+    ),
+    Mutant(
+        "slot-to-sequence-off-by-one",
+        "core",
+        TILES,
+        "seq = torch.searchsorted(cum, slot, right=True)",
+        "seq = torch.searchsorted(cum, slot, right=False)",
+        "searchsorted side wrong: the last block of each sequence maps to the next sequence",
+    ),
+    Mutant(
+        "autograd-dk-dv-swapped",
+        "core",
+        OPS,
+        "return dq, dk, dv, None, None, None, None, None, None",
+        "return dq, dv, dk, None, None, None, None, None, None",
+        "autograd backward returns dV as k's gradient and dK as v's",
+        ci=True,
+    ),
+    Mutant(
+        "projection-packed-dk-dv-swapped",
+        "core",
+        OPS,
+        "    grads = _split_packed(d_proj, qheads, kvheads)",
+        "    gq, gk, gv = _split_packed(d_proj, qheads, kvheads)\n    grads = (gq, gv, gk)",
+        "the projection backward writes dK into the packed gradient's v slice and dV into k's",
+    ),
+    # The Hopper TMA path (opt-in): its workers run with BLOCKATTN_KERNEL_PATH=prefer-hopper.
+    Mutant(
+        "hopper-rows-past-block-not-zeroed",
+        "core",
+        HOPPER,
+        "return tl.where((tl.arange(0, BLOCK) < n)[:, None], x, tl.zeros_like(x))",
+        "return x",
+        "Hopper path: the rows a partial block's TMA box reads past its end (the next "
+        "sequence's) are not zeroed: its dO and q rows leak into dV and dK",
+        ci=True,
+        env=PREFER_HOPPER,
+    ),
+    Mutant(
+        "hopper-box-at-head-0",
+        "core",
+        HOPPER,
+        "x = desc.load([start.to(tl.int32), (h * HEAD_DIM).to(tl.int32)])",
+        "x = desc.load([start.to(tl.int32), 0])",
+        "Hopper path: every head's TMA box starts at head 0's columns",
+        env=PREFER_HOPPER,
+    ),
+    Mutant(
+        "hopper-fwd-scale-missing",
+        "core",
+        HOPPER,
+        "o.stride(0), o.stride(1), sin.stride(0), scale * LOG2E,",
+        "o.stride(0), o.stride(1), sin.stride(0), LOG2E,",
+        "Hopper path: the forward launcher drops the softmax scale (the portable launcher's "
+        "scale mutants never run there)",
+        env=PREFER_HOPPER,
+    ),
+    Mutant(
+        "hopper-bwd-log2e-missing",
+        "core",
+        HOPPER,
+        "dv.stride(0), dv.stride(1), sin.stride(0), scale * LOG2E, scale,",
+        "dv.stride(0), dv.stride(1), sin.stride(0), scale, scale,",
+        "Hopper path: the backward recomputes P with exp2 of natural-log-domain logits",
+        env=PREFER_HOPPER,
+    ),
+)
+
+# Anchors in the rotary code (see module docstring): written last, re-checked on every run.
+ROTARY: tuple[Mutant, ...] = (
+    Mutant(
+        "rotary-sign-flipped",
+        "rotary",
+        TILE_MATH,
+        "y0 = x0 * cos - x1 * sin\n        y1 = x1 * cos + x0 * sin",
+        "y0 = x0 * cos + x1 * sin\n        y1 = x1 * cos - x0 * sin",
+        "forward rotary rotates by -angle (sin sign flipped)",
+        ci=True,
+    ),
+    Mutant(
+        "rotary-sin-cos-swapped",
+        "rotary",
+        TILE_MATH,
+        "sin = tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)\n"
+        "        cos = tl.load(ptrs + HALF, mask=mask, other=0.0).to(tl.float32)",
+        "sin = tl.load(ptrs + HALF, mask=mask, other=0.0).to(tl.float32)\n"
+        "        cos = tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)",
+        "sin and cos halves of sinu_pos swapped",
+    ),
+    Mutant(
+        "rotary-bwd-not-conjugated",
+        "rotary",
+        TILE_MATH,
+        "x = _rotate(x, sin, cos, True, BLOCK, HALF)",
+        "x = _rotate(x, sin, cos, False, BLOCK, HALF)",
+        "gradients rotated forward instead of by the transpose rotation",
+    ),
+    Mutant(
+        "rotary-dv-not-rotated-back",
+        "rotary",
+        TILE_MATH,
+        "stride_st, ROTATE_V, IS_BF16, BLOCK, HALF, INTERPRET)",
+        "stride_st, False, IS_BF16, BLOCK, HALF, INTERPRET)",
+        "dV stored without the transpose rotation although V was rotated",
+    ),
+    Mutant(
+        "rotary-table-block-local",
+        "rotary",
+        TILE_MATH,
+        "_tile(SIN, start, n, start, stride_st, 0, BLOCK, HALF)",
+        "_tile(SIN, 0, n, start, stride_st, 0, BLOCK, HALF)",
+        "sin/cos read from rows 0..63 for every block instead of the block's own tokens",
+    ),
+    Mutant(
+        "rotary-v-ignores-rotate-v",
+        "rotary",
+        TILE_MATH,
+        "# V is rotated only now, after q/k are dead, to keep register pressure down.\n"
+        "    v_hi, v_lo = _operand(v, SIN, start, n, stride_st, ROTATE_V,",
+        "# V is rotated only now, after q/k are dead, to keep register pressure down.\n"
+        "    v_hi, v_lo = _operand(v, SIN, start, n, stride_st, ROTARY,",
+        "forward rotates V whenever rotary is on, ignoring rotate_v=False",
+    ),
+    Mutant(
+        "store-drops-last-row",
+        "rotary",
+        TILE_MATH,
+        "IS_BF16, INTERPRET), mask=mask)",
+        "IS_BF16, INTERPRET), mask=mask & (tl.arange(0, BLOCK) < n - 1)[:, None])",
+        "store mask drops the last valid row of every block (inside `_store`)",
+    ),
+)

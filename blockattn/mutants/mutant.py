@@ -1,0 +1,30 @@
+"""What a planted bug is: a file of the blockattn package, an exact anchor text in it and its
+replacement (see `catalog` for the rules every mutant follows), and the package files the
+mutant modules name."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+ATT = "kernels/attention.py"  # the portable kernels and their launchers
+TILE_MATH = "kernels/tile_math.py"  # the tile arithmetic both kernel paths share
+DISPATCH = "kernels/dispatch.py"
+HOPPER = "kernels/attention_hopper.py"
+PREFER_HOPPER = (("BLOCKATTN_KERNEL_PATH", "prefer-hopper"),)
+TILES = "kernels/tiles.py"
+OPS = "ops.py"
+
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    group: str  # "core" | "rotary" | "precision" | "suite"
+    file: str  # path relative to the blockattn package directory
+    anchor: str
+    replacement: str
+    description: str
+    ci: bool = False
+    # Environment the mutant's worker runs under: a bug in the Hopper path only shows where
+    # BLOCKATTN_KERNEL_PATH selects that path.
+    env: tuple[tuple[str, str], ...] = ()

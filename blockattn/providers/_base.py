@@ -1,0 +1,102 @@
+"""What a provider is: `Provider` (a name, a role, `run`, what it `Supports`, how it is judged,
+and how it is timed) and `Unsupported`. The registry (`blockattn.providers`) and the outside-kernel
+wrapper (`external`) both build on this module."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+OUTPUT_KEYS: dict[str, tuple[str, ...]] = {
+    "plain": ("O", "dQ", "dK", "dV"),
+    "rotary": ("O", "dQ", "dK", "dV"),
+    "projection": ("O", "dX", "dW", "dbias"),
+}
+ALL_DTYPES = ("bfloat16", "float16", "float32")
+
+
+class Unsupported(Exception):
+    """The provider cannot run this case (dtype, head dim, device ...); not a failure by itself."""
+
+
+RunFn = Callable[..., dict[str, torch.Tensor]]
+
+
+@dataclass(frozen=True)
+class Supports:
+    """What a provider declares it can run; `None` means any value."""
+
+    dtypes: tuple[str, ...] = ALL_DTYPES
+    head_dims: tuple[int, ...] | None = None
+    block_sizes: tuple[int, ...] | None = None
+    rotary: bool = True
+    rotate_v: tuple[bool, ...] = (True, False)
+    projection: bool = True
+    gqa: bool = False
+    devices: tuple[str, ...] = ("cpu", "cuda")
+    archs: tuple[str, ...] | None = None  # e.g. ("sm_100",): GPU architectures it runs on
+
+    def __post_init__(self) -> None:
+        bad = set(self.dtypes) - set(ALL_DTYPES)
+        if bad:
+            raise ValueError(f"Supports.dtypes: unknown {sorted(bad)} (known {ALL_DTYPES})")
+        if set(self.devices) - {"cpu", "cuda"}:
+            raise ValueError(f"Supports.devices: only 'cpu' and 'cuda', got {self.devices}")
+
+    def refusal(self, spec: Any, device: str, arch: str, block_size: int = 64) -> str | None:
+        """Why this provider declared it does not run `spec` here (None: it declared it does)."""
+        if device not in self.devices:
+            return f"declared devices {list(self.devices)}, this is {device}"
+        if self.archs is not None and arch not in self.archs:
+            return f"declared GPU architectures {list(self.archs)}, this is {arch}"
+        if spec.dtype not in self.dtypes:
+            return f"declared dtypes {list(self.dtypes)}, case is {spec.dtype}"
+        if self.head_dims is not None and spec.D not in self.head_dims:
+            return f"declared head dims {list(self.head_dims)}, case has D={spec.D}"
+        if self.block_sizes is not None and block_size not in self.block_sizes:
+            return f"declared block sizes {list(self.block_sizes)}, case uses {block_size}"
+        if spec.variant in ("rotary", "projection") and not self.rotary:
+            return "declared no rotary"
+        if spec.variant in ("rotary", "projection") and spec.rotate_v not in self.rotate_v:
+            return f"declared rotate_v in {list(self.rotate_v)}, case has {spec.rotate_v}"
+        if spec.variant == "projection":
+            if not self.projection:
+                return "declared no projection callable"
+            if (spec.kvheads or spec.H) != spec.H and not self.gqa:
+                return f"declared no GQA (kvheads={spec.kvheads} != H={spec.H})"
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
+
+
+@dataclass(frozen=True)
+class Provider:
+    name: str
+    role: str
+    run: RunFn
+    accuracy_model: str | None = None
+    supports: Supports = field(default_factory=Supports)
+    reference: str | None = None  # judged by this provider's rule when it declares no model
+    origin: str = "builtin"  # "builtin" | "MODULE:CALLABLE" | "entry point ..." | "register()"
+    spec: str | None = None  # the --provider spec that re-creates it (replay, xdist workers)
+    kernel: Callable[..., torch.Tensor] | None = None  # attention callable (bench timing)
+    projection: Callable[..., torch.Tensor] | None = None
+    description: str = ""
+    # How the bench times it (`_timing.Timing` entries); an outside kernel is timed through
+    # `kernel` instead (`providers.timings_of`).
+    timings: tuple[Any, ...] = ()
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-able identity recorded with every result (which kernel, how judged, from where)."""
+        return {
+            "origin": self.origin,
+            "spec": self.spec,
+            "role": self.role,
+            "accuracy_model": self.accuracy_model,
+            "reference": self.reference,
+            "supports": self.supports.to_dict(),
+        }

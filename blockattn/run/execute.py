@@ -1,0 +1,110 @@
+"""Run one case's providers: device facts, and each provider called safely on the inputs.
+
+A provider that refuses, crashes or writes to its inputs is a result, never a crash of the run;
+the outputs go to the judge (`blockattn.judge.evaluate`), which owns every metric.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from blockattn import providers
+from blockattn.cases.inputs import Inputs
+from blockattn.providers import OUTPUT_KEYS, Unsupported
+
+
+def device_info() -> dict[str, str]:
+    if torch.cuda.is_available():
+        major, minor = torch.cuda.get_device_capability()
+        # Which physical GPU (uuid) and pin: multi-GPU CI shows that every GPU did work.
+        return {
+            "device": "cuda", "arch": f"sm_{major}{minor}", "gpu": torch.cuda.get_device_name(),
+            "gpu_uuid": str(torch.cuda.get_device_properties(0).uuid),
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>"),
+        }  # fmt: skip
+    return {"device": "cpu", "arch": "cpu", "gpu": "none (cpu interpreter)"}
+
+
+def default_providers(device: str) -> tuple[str, str, list[str]]:
+    """(under_test, baseline, providers) for a device: GPU blockattn vs fa2, CPU vs eager."""
+    if device == "cuda":
+        return "blockattn", "fa2", ["blockattn", "fa2", "eager"]
+    return "blockattn", "eager", ["blockattn", "eager"]
+
+
+def git_commit() -> str:
+    try:
+        return subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=Path(__file__).resolve().parent,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def release_cuda_memory(exc: BaseException) -> None:
+    """After a CUDA OOM, return the cached blocks so the next case starts from a clean pool
+    (the failed case's tensors are already unreachable once its frames are gone)."""
+    if isinstance(exc, torch.cuda.OutOfMemoryError) and torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def _snapshot(inp: Inputs) -> dict[str, torch.Tensor]:
+    names = ("q", "k", "v", "grad_out", "offsets", "sinu_pos", "x", "w", "bias")
+    return {n: getattr(inp, n).clone() for n in names if getattr(inp, n) is not None}
+
+
+def call_provider(prov: providers.Provider, inp: Inputs, variant: str
+                  ) -> tuple[dict[str, torch.Tensor] | None, dict[str, Any]]:
+    """Run one provider on a case's inputs: (outputs, result) where result is the record's
+    status entry; outputs is None when the provider was not run (declared unsupported), refused,
+    crashed, wrote to its inputs or returned too few outputs (result says which)."""
+    info = device_info()
+    why = prov.supports.refusal(inp.spec, inp.q.device.type, info["arch"])
+    if why is not None:  # declared: recorded, never judged as a failure
+        return None, {"status": "unsupported", "reason": f"{prov.name}: {why}", "declared": True,
+                      "time_s": 0.0, "provider": prov.describe()}  # fmt: skip
+    before = _snapshot(inp)
+    t0 = time.perf_counter()
+    try:
+        out = prov.run(inp, variant)
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+    except Unsupported as exc:
+        return None, {"status": "unsupported", "reason": str(exc),
+                      "time_s": time.perf_counter() - t0, "provider": prov.describe()}  # fmt: skip
+    except Exception as exc:  # a crashing provider (CUDA OOM included) is a result, not a crash
+        tb = traceback.format_exc(limit=4)
+        release_cuda_memory(exc)
+        return None, {
+            "status": "error",
+            "reason": f"{type(exc).__name__}: {exc}",
+            "traceback": tb,
+            "time_s": time.perf_counter() - t0,
+            "provider": prov.describe(),
+        }
+    elapsed = time.perf_counter() - t0
+    for n, t in before.items():
+        if not torch.equal(getattr(inp, n), t):
+            # Restore so later providers see the real inputs, then report the mutation.
+            getattr(inp, n).copy_(t)
+            return None, {
+                "status": "error",
+                "reason": f"provider modified its input {n!r} in place",
+                "time_s": elapsed,
+            }
+    missing = [k for k in OUTPUT_KEYS[variant] if k not in out]
+    if missing:
+        return None, {"status": "error", "reason": f"missing outputs {missing}",
+                      "time_s": elapsed}  # fmt: skip
+    return out, {"status": "ok", "reason": None, "time_s": elapsed}
