@@ -6,11 +6,11 @@ architecture, plus what the provider itself reports as `Unsupported`, e.g. a mis
 
 Accuracy: one seeded harness case (`CaseSpec` -> `build_inputs`, the generator every harness run
 uses) per (configuration, input distribution, seed); the FP64 oracle
-(`harness.reference.oracle_outputs`), the FP32 reference and every provider see the very same
+(`run.oracle.oracle_outputs`), the FP32 reference and every provider see the very same
 inputs. Two measures per provider and tensor t:
     FP64 (ours, decides the verdict), the README's definitions:
         err(p, t)          = max |p_t - oracle_t|
-        rounding floor(t)  = max |round_to_dtype(oracle_t) - oracle_t|   (harness.metrics)
+        rounding floor(t)  = max |round_to_dtype(oracle_t) - oracle_t|   (judge.metrics)
     FP32 reference (how the seed's own test measured): the same padded-block math as the eager
     baseline (`providers._common`, oracle- and kernel-independent) run in float32 on the inputs
     upcast to float32, TF32 off:

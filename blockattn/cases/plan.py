@@ -12,7 +12,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:  # the CLI imports Selection before torch may load (harness/names.py)
+if TYPE_CHECKING:  # the CLI imports Selection before torch may load (blockattn/names.py)
     from blockattn.cases.spec import CaseSpec
 
 

@@ -57,6 +57,25 @@ def grad_fn(o: Tensor, leaves: tuple[Tensor, ...], do: Tensor, retain: bool) -> 
     return lambda: torch.autograd.grad(o, leaves, do, retain_graph=retain)
 
 
+def replayed(case: Any, attn: Callable[..., Tensor], lv: tuple[Tensor, ...], o_graph: Tensor,
+             notes: dict[str, str], rotary: bool = False,
+             fwd: Callable[[], Tensor] | None = None) -> Prepared:
+    """Timed callables of an attention without a standalone backward: fwd calls it on the case
+    (or `fwd`), bwd replays `autograd.grad` on the retained graph `o_graph` of the leaves `lv`,
+    fwdbwd runs both through autograd."""
+
+    def fwdbwd() -> Any:
+        return torch.autograd.grad(attn(*lv), lv, case.do)
+
+    return Prepared(
+        fwd=fwd or (lambda: attn(case.q, case.k, case.v)),
+        bwd=grad_fn(o_graph, lv, case.do, retain=True),
+        fwdbwd=fwdbwd,
+        rotary=rotary,
+        notes=notes,
+    )
+
+
 def arch() -> str:
     if not torch.cuda.is_available():
         return "cpu"
@@ -99,16 +118,8 @@ def kernel_timing(prov: Any, rotary: bool) -> Timing:
             with torch.no_grad():
                 return call(case.q, case.k, case.v)
 
-        def fwdbwd() -> Any:
-            return torch.autograd.grad(call(*lv), lv, case.do)
-
-        return Prepared(
-            fwd=fwd,
-            bwd=grad_fn(o_graph, lv, case.do, retain=True),
-            fwdbwd=fwdbwd,
-            rotary=rotary,
-            notes={"origin": prov.origin, "bwd": "autograd.grad on a retained graph"},
-        )
+        notes = {"origin": prov.origin, "bwd": "autograd.grad on a retained graph"}
+        return replayed(case, call, lv, o_graph, notes, rotary, fwd)
 
     name = f"{prov.name}_rotary" if rotary else prov.name
     return Timing(name, rotary, prepare, f"outside kernel {prov.origin}")

@@ -12,7 +12,7 @@ from torch import Tensor
 
 from blockattn.providers._base import Supports
 from blockattn.providers._common import BLOCK, eager_block_attention, run_autograd
-from blockattn.providers._timing import Prepared, Timing, grad_fn, grad_leaves
+from blockattn.providers._timing import Prepared, Timing, grad_leaves, replayed
 
 NAME = "eager"
 ROLE = "baseline"
@@ -56,16 +56,8 @@ def _timed(case: Any) -> Prepared:
     leaves = grad_leaves(case)
     o_graph = attn(*leaves)
 
-    def fwdbwd() -> Any:
-        return torch.autograd.grad(attn(*leaves), leaves, case.do)
-
-    return Prepared(
-        fwd=lambda: attn(case.q, case.k, case.v),
-        bwd=grad_fn(o_graph, leaves, case.do, retain=True),
-        fwdbwd=fwdbwd,
-        rotary=False,
-        notes={"bwd": "autograd.grad on a retained graph (no standalone eager backward)"},
-    )
+    notes = {"bwd": "autograd.grad on a retained graph (no standalone eager backward)"}
+    return replayed(case, attn, leaves, o_graph, notes)
 
 
 TIMINGS = (Timing("eager", False, _timed, "eager PyTorch padded-block attention"),)

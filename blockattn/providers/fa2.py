@@ -93,18 +93,19 @@ def _require_fa2(case: Any) -> None:
         raise Unsupported(f"flash impl {impl!r} is active: aten's op is not FA2")
 
 
+# Every 64-token block is one varlen "sequence": cu_seqlens cut at each, max_q = max_k = 64.
+def _varlen(cu: Tensor) -> dict[str, Any]:
+    return dict(cum_seq_q=cu, cum_seq_k=cu, max_q=BLOCK, max_k=BLOCK, dropout_p=0.0,
+                is_causal=False)  # fmt: skip
+
+
 def _fa2_fwd(q: Tensor, k: Tensor, v: Tensor, cu: Tensor, scale: float) -> tuple:
     return call_by_schema(
         torch.ops.aten._flash_attention_forward,
         query=q,
         key=k,
         value=v,
-        cum_seq_q=cu,
-        cum_seq_k=cu,
-        max_q=BLOCK,
-        max_k=BLOCK,
-        dropout_p=0.0,
-        is_causal=False,
+        **_varlen(cu),
         return_debug_mask=False,
         scale=scale,
     )
@@ -120,12 +121,7 @@ def _fa2_bwd(do: Tensor, q: Tensor, k: Tensor, v: Tensor, fwd_out: tuple, cu: Te
         value=v,
         out=fwd_out[0],
         logsumexp=fwd_out[1],
-        cum_seq_q=cu,
-        cum_seq_k=cu,
-        max_q=BLOCK,
-        max_k=BLOCK,
-        dropout_p=0.0,
-        is_causal=False,
+        **_varlen(cu),
         rng_state=fwd_out[2],
         unused=fwd_out[3],
         scale=scale,

@@ -14,7 +14,7 @@ from torch import Tensor
 
 from blockattn.providers._base import Supports, Unsupported
 from blockattn.providers._common import BLOCK, block_layout, run_autograd
-from blockattn.providers._timing import Prepared, Timing, grad_fn, grad_leaves
+from blockattn.providers._timing import Prepared, Timing, grad_leaves, replayed
 
 NAME = "flex"
 ROLE = "baseline"
@@ -138,16 +138,7 @@ def _timed(case: Any) -> Prepared:
         prior = f" (before that, with default kernel_options: {first})" if first else ""
         raise Unsupported(f"FlexAttention failed: {type(exc).__name__}: {exc}{prior}") from exc
 
-    def fwdbwd() -> Any:
-        return torch.autograd.grad(attn(*leaves), leaves, case.do)
-
-    return Prepared(
-        fwd=lambda: attn(case.q, case.k, case.v),
-        bwd=grad_fn(o_graph, leaves, case.do, retain=True),
-        fwdbwd=fwdbwd,
-        rotary=False,
-        notes=notes,
-    )
+    return replayed(case, attn, leaves, o_graph, notes)
 
 
 TIMINGS = (Timing("flex", False, _timed, "FlexAttention, BLOCK_SIZE=64 block-sparse mask"),)

@@ -12,7 +12,7 @@ from torch import Tensor
 
 from blockattn.providers._base import Supports, Unsupported
 from blockattn.providers._common import BLOCK, block_cu_seqlens, run_autograd
-from blockattn.providers._timing import Prepared, Timing, grad_fn, grad_leaves
+from blockattn.providers._timing import Prepared, Timing, grad_leaves, replayed
 
 NAME = "sdpa_cudnn"
 ROLE = "baseline"
@@ -69,16 +69,8 @@ def _timed(case: Any) -> Prepared:
             f"SDPA cuDNN backend on a jagged NJT (varlen) failed: {type(exc).__name__}: {exc}"
         ) from exc
 
-    def fwdbwd() -> Any:
-        return torch.autograd.grad(attn(*leaves), leaves, case.do)
-
-    return Prepared(
-        fwd=lambda: attn(case.q, case.k, case.v),
-        bwd=grad_fn(o_graph, leaves, case.do, retain=True),
-        fwdbwd=fwdbwd,
-        rotary=False,
-        notes={"bwd": "autograd.grad on a retained graph", "path": "NJT + sdpa_kernel(CUDNN)"},
-    )
+    notes = {"bwd": "autograd.grad on a retained graph", "path": "NJT + sdpa_kernel(CUDNN)"}
+    return replayed(case, attn, leaves, o_graph, notes)
 
 
 TIMINGS = (Timing("sdpa_cudnn", False, _timed, "SDPA cuDNN backend on a jagged NJT"),)

@@ -18,7 +18,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("blockattn", "oracles")
 
-# (layer, module prefixes); a module belongs to the layer of its longest matching prefix.
+# (layer, module prefixes); a module belongs to the layer of its longest matching prefix. The
+# package itself ("blockattn") matches only itself: a new top-level module needs a layer here.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("ground", ("oracles", "blockattn.names", "blockattn.dtypes", "blockattn.validation",
                 "blockattn.bounds")),
@@ -87,7 +88,8 @@ def layer_of(mod: str) -> int:
     best, rank = -1, None
     for i, (_, prefixes) in enumerate(LAYERS):
         for p in prefixes:
-            if (mod == p or mod.startswith(p + ".")) and len(p) > best:
+            inside = mod.startswith(p + ".") and p != "blockattn"
+            if (mod == p or inside) and len(p) > best:
                 best, rank = len(p), i
     if rank is None:
         raise AssertionError(f"{mod}: in no layer; add it to LAYERS")
@@ -178,35 +180,37 @@ def test_no_result_data_among_the_code() -> None:
 
 
 def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
+    """A package tree with these files (and an empty __init__.py in every folder)."""
     for rel, text in files.items():
         p = tmp_path / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
+        for d in p.relative_to(tmp_path).parents:
+            (tmp_path / d).mkdir(parents=True, exist_ok=True)
+            if d != Path("."):
+                (tmp_path / d / "__init__.py").touch()
         p.write_text(text)
-    for pkg in PACKAGES:
-        (tmp_path / pkg).mkdir(exist_ok=True)
-        (tmp_path / pkg / "__init__.py").touch()
     return tmp_path
 
 
 def test_checker_finds_an_upward_function_level_import(tmp_path: Path) -> None:
-    root = _tree(tmp_path, {
-        "blockattn/cases/__init__.py": "",
-        "blockattn/cases/spec.py": "def f():\n    from blockattn.judge import verdict\n",
-        "blockattn/judge/__init__.py": "",
-        "blockattn/judge/verdict.py": "from blockattn.cases.spec import f\n",
-    })  # fmt: skip
-    bad = upward_imports(import_graph(root))
-    assert bad == ["blockattn.cases.spec (cases) imports blockattn.judge.verdict (judge)"]
-    assert cycles(import_graph(root)) == [["blockattn.cases.spec", "blockattn.judge.verdict"]]
+    spec, verdict = "blockattn.cases.spec", "blockattn.judge.verdict"
+    lazy = "def f():\n    from blockattn.judge import verdict\n"  # a function-level import
+    root = _tree(tmp_path, {"blockattn/cases/spec.py": lazy,
+                            "blockattn/judge/verdict.py": f"from {spec} import f\n"})  # fmt: skip
+    assert upward_imports(import_graph(root)) == [f"{spec} (cases) imports {verdict} (judge)"]
+    assert cycles(import_graph(root)) == [[spec, verdict]]
+
+
+def test_checker_wants_a_layer_for_every_new_module() -> None:
+    with pytest.raises(AssertionError, match="in no layer"):
+        layer_of("blockattn.harness.runner")
+    assert LAYERS[layer_of("blockattn")][0] == "ops"
+    assert LAYERS[layer_of("blockattn.kernels.dispatch")][0] == "kernels"
 
 
 def test_checker_finds_a_cycle_inside_one_layer_and_passes_a_clean_tree(tmp_path: Path) -> None:
-    root = _tree(tmp_path, {
-        "blockattn/kernels/__init__.py": "",
-        "blockattn/kernels/a.py": "from . import b\n",
-        "blockattn/kernels/b.py": "from blockattn.kernels.a import x\n",
-        "blockattn/ops.py": "from blockattn.kernels import a\n",
-    })  # fmt: skip
+    root = _tree(tmp_path, {"blockattn/kernels/a.py": "from . import b\n", "oracles/x.py": "",
+                            "blockattn/kernels/b.py": "from blockattn.kernels.a import x\n",
+                            "blockattn/ops.py": "from blockattn.kernels import a\n"})  # fmt: skip
     g = import_graph(root)
     assert upward_imports(g) == []
     assert cycles(g) == [["blockattn.kernels.a", "blockattn.kernels.b"]]
