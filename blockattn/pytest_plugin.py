@@ -5,7 +5,9 @@
 adds one test per case of the plan that `blockattn run` would select with the same filters
 (corpus + a seeded fuzz sample, `blockattn.cases.plan.plan_specs` through `run.resolve_plan`):
 `blockattn::test_blockattn[<case name>]`, plus `blockattn::test_blockattn_judge` (the
-known-answer self-test of the judge that every `blockattn gate` runs first). Each case is judged
+known-answer self-test of the judge that every `blockattn gate` runs first) and one
+`blockattn::test_blockattn_contract[<property>]` per property of the contract battery
+(`blockattn/judge/contract.py`; `--blockattn-no-contract` leaves them out). Each case is judged
 by `verdict.evaluate` against the tolerance file (default: the newest released one for the
 device). A configuration the kernel declares unsupported (`@blockattn.providers.kernel(
 supports=...)`) is skipped with the reason; a failing case writes a reproducer and its message
@@ -73,6 +75,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="no corpus cases")
     g.addoption("--blockattn-repro-dir", dest="blockattn_repro_dir", metavar="DIR",
                 help="where failing cases write reproducers (default .blockattn-repro/)")
+    g.addoption("--blockattn-no-contract", action="store_true", dest="blockattn_no_contract",
+                help="skip the contract battery's tests (test_blockattn_contract[...])")
 
 
 def _active(config_or_ns: Any) -> bool:
@@ -223,7 +227,8 @@ class BlockattnSession:
 
     def plan(self) -> Plan:
         if self._plan is None:
-            from blockattn.commands.run import load_tolerances, resolve_plan
+            from blockattn.commands._options import load_tolerances
+            from blockattn.commands.run import resolve_plan
 
             ns = self.namespace()
             try:
@@ -279,6 +284,16 @@ class BlockattnSession:
             rec["verdict"]["replay"] = case.replay
         return case
 
+    def contract(self) -> tuple[list[Any], str]:
+        """(checks, replay command) of the contract battery, run once per session."""
+        if getattr(self, "_contract", None) is None:
+            from blockattn.commands.contract import run_for
+
+            p = self.plan()
+            checks, _, replay = run_for(p.under_test, p.tol, p.device, str(p.tol.path))
+            self._contract = (checks, replay)
+        return self._contract
+
     # -- hooks -----------------------------------------------------------------------------
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         return [
@@ -319,6 +334,14 @@ class BlockattnSuite(pytest.Collector):
     def collect(self) -> list[pytest.Item]:
         p = self.state.plan()
         items: list[pytest.Item] = [JudgeSelfTest.from_parent(self, name="test_blockattn_judge")]
+        if not self.state.config.getoption("blockattn_no_contract"):
+            from blockattn.judge.contract import PROPERTIES
+
+            for prop in PROPERTIES:
+                it = ContractItem.from_parent(self, name=f"test_blockattn_contract[{prop}]")
+                it.prop = prop
+                it.add_marker("blockattn")
+                items.append(it)
         for spec, label in zip(p.specs, p.labels, strict=True):
             it = BlockattnItem.from_parent(self, name=f"test_blockattn[{label}]")
             it.spec = spec
@@ -359,6 +382,27 @@ class BlockattnItem(_Item):
             pytest.skip(case.skip_reason)
         if not case.passed:
             raise _BlockattnFailure(case.failure_message())
+
+
+class ContractItem(_Item):
+    """One property of the contract battery (`blockattn/judge/contract.py`) of the kernel under
+    test; the battery runs once per session."""
+
+    prop: str
+
+    def runtest(self) -> None:
+        checks, replay = self.state.contract()
+        mine = [c for c in checks if c.prop in (self.prop, "all")]
+        bad = [c for c in mine if c.status == "FAIL"]
+        if bad:
+            raise _BlockattnFailure("\n".join([
+                f"blockattn: contract violated: {self.prop} ({len(bad)} of {len(mine)} checks)",
+                *(f"  - {c.probe}: {c.detail}" for c in bad[:MAX_FAILURES_SHOWN]),
+                f"reproduce: {replay}",
+            ]))  # fmt: skip
+        if not mine or all(c.status == "unsupported" for c in mine):
+            why = "; ".join(sorted({c.detail for c in mine})) or "no probe of this property"
+            pytest.skip(f"unsupported (declared): {why}")
 
 
 class JudgeSelfTest(_Item):

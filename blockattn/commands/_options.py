@@ -84,3 +84,25 @@ def selection_from(args: argparse.Namespace) -> Selection:
         cases=tup("case"),
         shard=getattr(args, "shard", None),
     )
+
+
+def load_tolerances(args: argparse.Namespace, device: str | None = None):
+    from pathlib import Path
+
+    from blockattn.judge import tolerances
+
+    if getattr(args, "no_tolerances", False):
+        return None
+    path = args.tolerances or tolerances.latest_released(
+        tolerances.default_tolerance_dir(), device=device
+    )
+    if path is None:  # fail closed: a run nobody judged must not exit 0 looking judged
+        raise ValueError(
+            f"no released tolerance file for device {device!r} in "
+            f"{tolerances.default_tolerance_dir()}: pass --tolerances FILE, or --no-tolerances "
+            "to record metrics only"
+        )
+    problems = tolerances.check_manifest(Path(path).parent)
+    if problems:
+        raise ValueError("; ".join(problems))
+    return tolerances.load(path)

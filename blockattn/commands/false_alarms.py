@@ -52,7 +52,8 @@ def _every_distribution(specs: list) -> list:
 
 
 def main(args: argparse.Namespace) -> int:
-    from blockattn.commands.run import load_tolerances, resolve_plan
+    from blockattn.commands._options import load_tolerances
+    from blockattn.commands.run import resolve_plan
     from blockattn.judge import verdict
     from blockattn.pipeline import run_cases
     from blockattn.run import session

@@ -51,6 +51,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     add_selection_options(p)
     p.add_argument("--no-progress", action="store_true")
+    from blockattn.commands.contract import add_option as add_contract_option
+
+    add_contract_option(p)
 
 
 def _device_of(records: list[dict]) -> str:
@@ -149,6 +152,13 @@ def main(args: argparse.Namespace) -> int:
     selftest = run_selftest(tol, ut, _device_of(records), records)
     for p_ in selftest:
         decision.fail(p_)
+    from blockattn.commands.contract import section as contract_section
+
+    # The battery calls the kernel on this machine (configured here in --report mode too).
+    dev = "cpu" if args.no_contract else session.setup_device()
+    contract, contract_md, contract_bad = contract_section(ut, tol, dev, skip=args.no_contract)
+    for line in contract_bad:
+        decision.fail(line)
     regress, missing_in_baseline = decision.regressions, decision.missing_in_baseline
     failed = decision.failed
     bases = {r.get("baseline") for r in records}
@@ -169,7 +179,7 @@ def main(args: argparse.Namespace) -> int:
             f"\n> ⚠️ run baseline {sorted(b for b in bases if b)} differs from the "
             f"calibrated baseline `{tol.baseline}`: max_ratio_to_baseline not gated"
         )
-    lines += ["", verdict_markdown(verdicts, records)]
+    lines += ["", verdict_markdown(verdicts, records), "", contract_md]
     ew = elementwise_markdown(records, under_test=ut)
     if ew:
         lines += ["", ew]
@@ -207,7 +217,7 @@ def main(args: argparse.Namespace) -> int:
             "n_cases": len(records), "finished": session.timestamp(),
             "decision": {"failed": failed, "reasons": decision.reasons},
         }  # fmt: skip
-        report_json.write_report_json(Path(out), records, meta)
+        report_json.write_report_json(Path(out), records, meta, {"contract": contract})
     try:
         Path(out, "gate.md").write_text(md)
     except OSError as exc:

@@ -72,7 +72,7 @@ def _markdown(ctrl, outs, meta: dict) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
-    from blockattn.commands.run import load_tolerances
+    from blockattn.commands._options import load_tolerances
     from blockattn.mutants import catalog, runner
     from blockattn.run import env, results, session
     from blockattn.run.execute import device_info

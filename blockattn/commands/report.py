@@ -67,6 +67,8 @@ def main(args: argparse.Namespace) -> int:
         meta=meta,
         selfcheck=checks,
         gate=read_gate_md(args.dir / "gate.md"),
+        contract=(report.get("contract")
+                  if report and isinstance(report.get("contract"), list) else None),
     )
     print(f"{len(records)} cases{' (partial)' if partial else ''}")
     for k, p in files.items():

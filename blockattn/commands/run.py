@@ -60,6 +60,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-tolerances", action="store_true", help="record metrics only")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--no-selfcheck", action="store_true", help="skip the oracle self-check")
+    from blockattn.commands.contract import add_option as add_contract_option
+
+    add_contract_option(p)
     add_selection_options(p)
 
 
@@ -107,26 +110,6 @@ def resolve_plan(args: argparse.Namespace, device: str):
     return ut, bl, provs, profile, specs
 
 
-def load_tolerances(args: argparse.Namespace, device: str | None = None):
-    from blockattn.judge import tolerances
-
-    if getattr(args, "no_tolerances", False):
-        return None
-    path = args.tolerances or tolerances.latest_released(
-        tolerances.default_tolerance_dir(), device=device
-    )
-    if path is None:  # fail closed: a run nobody judged must not exit 0 looking judged
-        raise ValueError(
-            f"no released tolerance file for device {device!r} in "
-            f"{tolerances.default_tolerance_dir()}: pass --tolerances FILE, or --no-tolerances "
-            "to record metrics only"
-        )
-    problems = tolerances.check_manifest(Path(path).parent)
-    if problems:
-        raise ValueError("; ".join(problems))
-    return tolerances.load(path)
-
-
 def selfcheck_section(device: str) -> list[dict] | None:
     try:
         from oracles.selfcheck import run_selfchecks
@@ -171,6 +154,8 @@ def main(args: argparse.Namespace) -> int:
     device = session.setup_device()
     if args.resume and args.out is None:
         raise ValueError("--resume needs --out DIR: the directory of the run to continue")
+    from blockattn.commands._options import load_tolerances
+
     tol = load_tolerances(args, device)
     ut, bl, provs, profile, specs = resolve_plan(args, device)
     if not specs:
@@ -205,6 +190,10 @@ def main(args: argparse.Namespace) -> int:
         )
         return 130  # 128 + SIGINT, the shell convention for an interrupted command
     checks = None if args.no_selfcheck else selfcheck_section(device)
+    from blockattn.commands.contract import section as contract_section
+
+    contract, contract_md, contract_bad = contract_section(
+        ut, tol, device, skip=getattr(args, "no_contract", False))
     meta = {
         **info,
         "commit": git_commit(),
@@ -220,10 +209,12 @@ def main(args: argparse.Namespace) -> int:
         "finished": session.timestamp(),
     }
     verdicts = [verdict.evaluate(r, tol, ut) for r in records] if tol else []
-    report_json.write_report_json(out, records, meta, {"selfcheck": checks})
+    report_json.write_report_json(out, records, meta, {"selfcheck": checks,
+                                                       "contract": contract})  # fmt: skip
     md = [f"# blockattn run — {info['device']} ({info['gpu']}), commit {meta['commit']}", ""]
     if tol:
         md += [verdict_markdown(verdicts, records), ""]
+    md += [contract_md, ""]
     md += [markdown_tables(records)]
     if checks is not None:
         md += [
@@ -239,4 +230,6 @@ def main(args: argparse.Namespace) -> int:
     print(f"\nreport: {out}/summary.md  (plots: blockattn report {out})", file=sys.stderr)
     failed = any(not v.passed for v in verdicts)
     failed = failed or any(not c.get("passed", True) for c in checks or [])
-    return 1 if failed else 0
+    for line in contract_bad:
+        print(f"FAIL {line}", file=sys.stderr)
+    return 1 if failed or contract_bad else 0

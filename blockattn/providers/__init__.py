@@ -91,6 +91,7 @@ def _discover() -> dict[str, Provider]:
             getattr(mod, "SUPPORTS", Supports()),
             description=(mod.__doc__ or "").strip().splitlines()[0],
             timings=getattr(mod, "TIMINGS", ()),
+            kernel=getattr(mod, "KERNEL", None),
         )
     return found
 

@@ -38,6 +38,12 @@ class Supports:
     gqa: bool = False
     devices: tuple[str, ...] = ("cpu", "cuda")
     archs: tuple[str, ...] | None = None  # e.g. ("sm_100",): GPU architectures it runs on
+    # Forward and backward bitwise repeatable (and so non-finite values contained bitwise):
+    # the contract battery requires it of a provider that declares it, and measures the others.
+    deterministic: bool = False
+    # Memory layouts of q, k, v, grad_out, sinu_pos it takes (None: any view with unit stride
+    # along D; names in blockattn.cases.contract.LAYOUTS); others are "unsupported (declared)".
+    layouts: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         bad = set(self.dtypes) - set(ALL_DTYPES)

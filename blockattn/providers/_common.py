@@ -118,6 +118,7 @@ def run_autograd(
     """Drive `attention` through the three variants; rotary/projection in the input dtype."""
     spec = inputs.spec
     scale = spec.effective_scale
+    block = getattr(spec, "block_size", BLOCK)
     if variant == "projection":
         x = inputs.x.detach().clone().requires_grad_(True)
         w = inputs.w.detach().clone().requires_grad_(True)
@@ -126,7 +127,7 @@ def run_autograd(
         q, k = rotary(q, inputs.sinu_pos), rotary(k, inputs.sinu_pos)
         if spec.rotate_v:
             v = rotary(v, inputs.sinu_pos)
-        o = attention(q, k, v, inputs.offsets, scale)
+        o = attention(q, k, v, inputs.offsets, scale, block)
         dx, dw, db = torch.autograd.grad(o, (x, w, b), inputs.grad_out, allow_unused=True)
         return {"O": o.detach(), "dX": _z(dx, x), "dW": _z(dw, w), "dbias": _z(db, b)}
     q = inputs.q.detach().clone().requires_grad_(True)
@@ -137,9 +138,24 @@ def run_autograd(
         qq, kk = rotary(q, inputs.sinu_pos), rotary(k, inputs.sinu_pos)
         if spec.rotate_v:
             vv = rotary(v, inputs.sinu_pos)
-    o = attention(qq, kk, vv, inputs.offsets, scale)
+    o = attention(qq, kk, vv, inputs.offsets, scale, block)
     dq, dk, dv = torch.autograd.grad(o, (q, k, v), inputs.grad_out, allow_unused=True)
     return {"O": o.detach(), "dQ": _z(dq, q), "dK": _z(dk, k), "dV": _z(dv, v)}
+
+
+def kernel_from(attention):
+    """A kernel callable with `block_attention`'s signature from a baseline's
+    `attention(q, k, v, offsets, scale, block)`: rotary applied outside in the input dtype (as
+    `run_autograd` does), called on the caller's tensors (the contract battery)."""
+
+    def kernel(q, k, v, offsets, *, block_size, scale, sinu_pos, rotate_v):
+        if sinu_pos is not None:
+            q, k = rotary(q, sinu_pos), rotary(k, sinu_pos)
+            if rotate_v:
+                v = rotary(v, sinu_pos)
+        return attention(q, k, v, offsets, scale, block_size)
+
+    return kernel
 
 
 def _z(g: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:

@@ -16,7 +16,16 @@ ROLE = "kernel"
 # FP32 arithmetic, 16-bit MMA operands as hi + lo halves, one rounding at the store
 ACCURACY_MODEL = "fp32-split-operands"
 # bf16/fp16 (production) and fp32 (the reference path); the kernels reject GQA and other head dims
-SUPPORTS = Supports(head_dims=(64, 128), gqa=False)  # block_size 1..128; the suite uses 64
+# block_size 1..128; no atomics, one program per tile: bitwise deterministic
+SUPPORTS = Supports(head_dims=(64, 128), gqa=False, deterministic=True)
+
+
+def KERNEL(q, k, v, offsets, *, block_size, scale, sinu_pos, rotate_v):
+    """The public op itself, called on the caller's tensors (the contract battery)."""
+    import blockattn  # lazy: TRITON_INTERPRET must be set before the kernels are imported
+
+    return blockattn.block_attention(q, k, v, offsets, block_size=block_size, scale=scale,
+                                     sinu_pos=sinu_pos, rotate_v=rotate_v)  # fmt: skip
 
 
 def run(inputs, variant: str) -> dict[str, torch.Tensor]:

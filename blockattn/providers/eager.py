@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from blockattn.providers._base import Supports
-from blockattn.providers._common import BLOCK, eager_block_attention, run_autograd
+from blockattn.providers._common import BLOCK, eager_block_attention, kernel_from, run_autograd
 from blockattn.providers._timing import Prepared, Timing, grad_leaves, replayed
 
 NAME = "eager"
@@ -23,6 +23,9 @@ SUPPORTS = Supports(gqa=True)  # plain PyTorch: any dtype, head dim and device; 
 
 def run(inputs, variant: str) -> dict[str, torch.Tensor]:
     return run_autograd(inputs, variant, eager_block_attention)
+
+
+KERNEL = kernel_from(eager_block_attention)  # the same math on the caller's tensors
 
 
 # ----------------------------------------------------------------------------- bench timing

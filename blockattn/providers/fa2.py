@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from blockattn.providers._base import Supports, Unsupported
-from blockattn.providers._common import BLOCK, block_cu_seqlens, run_autograd
+from blockattn.providers._common import BLOCK, block_cu_seqlens, kernel_from, run_autograd
 from blockattn.providers._timing import Prepared, Timing, grad_leaves
 
 NAME = "fa2"
@@ -93,25 +93,27 @@ def _require_fa2(case: Any) -> None:
         raise Unsupported(f"flash impl {impl!r} is active: aten's op is not FA2")
 
 
-# Every 64-token block is one varlen "sequence": cu_seqlens cut at each, max_q = max_k = 64.
-def _varlen(cu: Tensor) -> dict[str, Any]:
-    return dict(cum_seq_q=cu, cum_seq_k=cu, max_q=BLOCK, max_k=BLOCK, dropout_p=0.0,
+# Every block is one varlen "sequence": cu_seqlens cut at each, max_q = max_k = block size.
+def _varlen(cu: Tensor, block: int) -> dict[str, Any]:
+    return dict(cum_seq_q=cu, cum_seq_k=cu, max_q=block, max_k=block, dropout_p=0.0,
                 is_causal=False)  # fmt: skip
 
 
-def _fa2_fwd(q: Tensor, k: Tensor, v: Tensor, cu: Tensor, scale: float) -> tuple:
+def _fa2_fwd(q: Tensor, k: Tensor, v: Tensor, cu: Tensor, scale: float,
+             block: int = BLOCK) -> tuple:  # fmt: skip
     return call_by_schema(
         torch.ops.aten._flash_attention_forward,
         query=q,
         key=k,
         value=v,
-        **_varlen(cu),
+        **_varlen(cu, block),
         return_debug_mask=False,
         scale=scale,
     )
 
 
-def _fa2_bwd(do: Tensor, q: Tensor, k: Tensor, v: Tensor, fwd_out: tuple, cu: Tensor, scale: float):
+def _fa2_bwd(do: Tensor, q: Tensor, k: Tensor, v: Tensor, fwd_out: tuple, cu: Tensor, scale: float,
+             block: int = BLOCK):  # fmt: skip
     # fwd outputs by position: (out, logsumexp, rng_state|philox_seed, unused|philox_offset, dbg)
     return call_by_schema(
         torch.ops.aten._flash_attention_backward,
@@ -121,7 +123,7 @@ def _fa2_bwd(do: Tensor, q: Tensor, k: Tensor, v: Tensor, fwd_out: tuple, cu: Te
         value=v,
         out=fwd_out[0],
         logsumexp=fwd_out[1],
-        **_varlen(cu),
+        **_varlen(cu, block),
         rng_state=fwd_out[2],
         unused=fwd_out[3],
         scale=scale,
@@ -130,24 +132,24 @@ def _fa2_bwd(do: Tensor, q: Tensor, k: Tensor, v: Tensor, fwd_out: tuple, cu: Te
 
 class _FA2Fn(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, cu, scale):  # type: ignore[override]
-        res = _fa2_fwd(q, k, v, cu, scale)
+    def forward(ctx, q, k, v, cu, scale, block=BLOCK):  # type: ignore[override]
+        res = _fa2_fwd(q, k, v, cu, scale, block)
         ctx.save_for_backward(q, k, v, cu, *res[:4])
-        ctx.scale = scale
+        ctx.scale, ctx.block = scale, block
         return res[0]
 
     @staticmethod
     def backward(ctx, do):  # type: ignore[override]
         q, k, v, cu, *res = ctx.saved_tensors
-        dq, dk, dv = _fa2_bwd(do.contiguous(), q, k, v, tuple(res), cu, ctx.scale)
-        return dq, dk, dv, None, None
+        dq, dk, dv = _fa2_bwd(do.contiguous(), q, k, v, tuple(res), cu, ctx.scale, ctx.block)
+        return dq, dk, dv, None, None, None
 
 
-def _attention(q, k, v, offsets, scale):
+def _attention(q, k, v, offsets, scale, block: int = BLOCK):
     if q.shape[0] == 0:
         return q * 0
-    cu = block_cu_seqlens(offsets)
-    return _FA2Fn.apply(q.contiguous(), k.contiguous(), v.contiguous(), cu, scale)
+    cu = block_cu_seqlens(offsets, block)
+    return _FA2Fn.apply(q.contiguous(), k.contiguous(), v.contiguous(), cu, scale, block)
 
 
 def refusal(device_type: str, dtype: str) -> str | None:
@@ -167,6 +169,16 @@ def run(inputs, variant: str) -> dict[str, torch.Tensor]:
     if why:
         raise Unsupported(why)
     return run_autograd(inputs, variant, _attention)
+
+
+def _checked_attention(q, k, v, offsets, scale, block: int = BLOCK):
+    why = refusal(q.device.type, str(q.dtype).removeprefix("torch."))
+    if why:
+        raise Unsupported(why)
+    return _attention(q, k, v, offsets, scale, block)
+
+
+KERNEL = kernel_from(_checked_attention)  # rotary outside, as in run()
 
 
 # ----------------------------------------------------------------------------- bench timing

@@ -22,15 +22,15 @@ SUPPORTS = Supports(devices=("cuda",), gqa=True)  # CPU flex is an unfused math 
 _compiled = None
 
 
-def _attention(q, k, v, offsets, scale):
+def _attention(q, k, v, offsets, scale, block: int = BLOCK):
     global _compiled
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
     T = q.shape[0]
     if T == 0:
         return q * 0
-    slot, _ = block_layout(offsets, T)
-    blk = slot // BLOCK  # global block id of each token
+    slot, _ = block_layout(offsets, T, block)
+    blk = slot // block  # global block id of each token
 
     def same_block(b, h, qi, ki):
         return blk[qi] == blk[ki]

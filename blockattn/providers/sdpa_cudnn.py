@@ -19,23 +19,25 @@ ROLE = "baseline"
 SUPPORTS = Supports(dtypes=("bfloat16", "float16"), devices=("cuda",), gqa=True)
 
 
-def _attention_on(cu: Tensor, q: Tensor, k: Tensor, v: Tensor, scale: float) -> Tensor:
+def _attention_on(cu: Tensor, q: Tensor, k: Tensor, v: Tensor, scale: float,
+                  block: int = BLOCK) -> Tensor:  # fmt: skip
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     def nt(t: Tensor) -> Tensor:
-        return torch.nested.nested_tensor_from_jagged(t, cu, max_seqlen=BLOCK).transpose(1, 2)
+        return torch.nested.nested_tensor_from_jagged(t, cu, max_seqlen=block).transpose(1, 2)
 
     with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
         o = F.scaled_dot_product_attention(nt(q), nt(k), nt(v), scale=scale)
     return o.transpose(1, 2).values()
 
 
-def _attention(q: Tensor, k: Tensor, v: Tensor, offsets: Tensor, scale: float) -> Tensor:
+def _attention(q: Tensor, k: Tensor, v: Tensor, offsets: Tensor, scale: float,
+               block: int = BLOCK) -> Tensor:  # fmt: skip
     if q.shape[0] == 0:
         return q * 0
-    cu = block_cu_seqlens(offsets).to(torch.int64)
-    return _attention_on(cu, q.contiguous(), k.contiguous(), v.contiguous(), scale)
+    cu = block_cu_seqlens(offsets, block).to(torch.int64)
+    return _attention_on(cu, q.contiguous(), k.contiguous(), v.contiguous(), scale, block)
 
 
 def run(inputs: Any, variant: str) -> dict[str, torch.Tensor]:

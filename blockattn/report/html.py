@@ -50,6 +50,7 @@ def banner(
     records: list[dict[str, Any]],
     selfcheck: list[dict[str, Any]] | None = None,
     gate: dict[str, Any] | None = None,
+    contract: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """{"word": PASS | FAIL | NOT JUDGED, "counts": verdict_counts, "reasons": [...]}.
 
@@ -66,6 +67,10 @@ def banner(
         reasons.append(f"oracle self-check: {len(bad)} of {len(selfcheck or [])} check(s) failed")
     if gate and gate.get("decision") == "FAIL":
         reasons.append("the gate's decision (gate.md) is FAIL")
+    broken = [c for c in contract or [] if c.get("status") == "FAIL"]
+    if broken:
+        reasons.append(f"contract battery: {len(broken)} of {len(contract or [])} check(s) "
+                       f"violated ({', '.join(sorted({c['property'] for c in broken}))})")
     word = "FAIL" if reasons else "NOT JUDGED" if not c["judged"] else "PASS"
     if word == "NOT JUDGED":
         reasons.append("no record carries a verdict (run without a tolerance file)")
@@ -237,6 +242,23 @@ def _bound_section_html(rows: list[dict[str, Any]]) -> str:
             + "</details>"
         )
     return "\n".join(out)
+
+
+def _contract_html(contract: list[dict[str, Any]] | None, have_meta: bool) -> str:
+    """The contract battery of the provider under test: one row per check, violations first."""
+    head = "<h2 id='contract'>Contract battery</h2>"
+    if contract is None:
+        return head + ("<p>not run (--no-contract, no tolerance file, or an older run)</p>"
+                       if have_meta else "")  # fmt: skip
+    order = {"FAIL": 0, "unsupported": 1, "measured": 2, "pass": 3}
+    rows = sorted(contract, key=lambda c: order.get(c.get("status"), 4))
+    n_bad = sum(c.get("status") == "FAIL" for c in contract)
+    cls = ["fail" if c.get("status") == "FAIL" else "pass" for c in rows]
+    cells = [[_esc(c.get(k) or "") for k in ("property", "probe", "status", "detail")]
+             for c in rows]  # fmt: skip
+    return (head + f"<p>{len(contract) - n_bad} of {len(contract)} check(s) hold; "
+            f"{n_bad} violated. <code>blockattn contract</code> re-runs it.</p>"
+            + _table(["property", "probe", "status", "detail"], cells, cls, "contract"))
 
 
 def _selfcheck_html(selfcheck: list[dict[str, Any]] | None, have_meta: bool) -> str:
@@ -425,6 +447,7 @@ def render(
     meta: dict[str, Any] | None = None,
     selfcheck: list[dict[str, Any]] | None = None,
     gate: dict[str, Any] | None = None,
+    contract: list[dict[str, Any]] | None = None,
 ) -> dict[str, Path]:
     """Write report.html, report.md and plots/*.png for `records` into `out`.
 
@@ -434,11 +457,16 @@ def render(
     out.mkdir(parents=True, exist_ok=True)
     plots = make_plots(records, out) if records else []
     ew_html, ew_pngs = elementwise_sections(records, out)
-    b = banner(records, selfcheck, gate)
+    b = banner(records, selfcheck, gate, contract)
     prov = provenance(records, meta, gate)
     rows = bound_rows(records, under_test=(meta or {}).get("under_test"))
     images = [*ew_pngs.values(), *plots]
     md = report_markdown(records, b, prov, rows, selfcheck, partial, images)
+    if contract is not None:
+        bad = [c for c in contract if c.get("status") == "FAIL"]
+        md += (f"\n## Contract battery\n\n{len(contract) - len(bad)} of {len(contract)} "
+               "check(s) hold.\n" + "".join(f"- contract violated: {c['property']} "
+                                            f"({c['probe']}): {c['detail']}\n" for c in bad))
     (out / "report.md").write_text(md)
 
     word = b["word"]
@@ -488,7 +516,8 @@ def render(
         )  # fmt: skip
     body = "\n".join(
         x for x in (
-            head, _failing_html(records), _bound_section_html(rows), prov_html,
+            head, _failing_html(records), _contract_html(contract, meta is not None),
+            _bound_section_html(rows), prov_html,
             _selfcheck_html(selfcheck, meta is not None), _warnings_html(records), ew_html, imgs,
             "<h2 id='tables'>Tables</h2>" + _error_table_html(_tensor_rows(records)),
         ) if x

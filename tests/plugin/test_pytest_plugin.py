@@ -115,8 +115,13 @@ def test_clean_kernel_passes_with_readable_ids(repo: Path) -> None:
     assert "clean: declared no projection callable" in r.stdout, _out(r)
     assert "blockattn::test_blockattn_judge PASSED" in r.stdout, _out(r)
     assert "TRITON_INTERPRET=1" in r.stdout or "device=cuda" in r.stdout, _out(r)
-    # judge + 2 plain cases + test_untouched + 3 x test_mine (the fixture does not skip)
-    assert re.search(r"\b7 passed, 1 skipped\b", r.stdout), _out(r)
+    from blockattn.judge.contract import PROPERTIES
+
+    for prop in PROPERTIES:  # the contract battery of the kernel under test, one test each
+        assert f"blockattn::test_blockattn_contract[{prop}] PASSED" in r.stdout, _out(r)
+    # judge + 7 contract properties + 2 plain cases + test_untouched + 3 x test_mine (the
+    # fixture does not skip)
+    assert re.search(r"\b14 passed, 1 skipped\b", r.stdout), _out(r)
 
 
 def test_fuzz_ids_and_filters(repo: Path) -> None:
@@ -142,7 +147,10 @@ def test_buggy_kernel_fails_with_a_replay_that_reproduces(repo: Path) -> None:
     assert f"blockattn: {case} (" in r.stdout, _out(r)
     assert re.search(r"buggy O: \d+ elements .* beyond the fp32-split-operands bound",
                      r.stdout), _out(r)  # fmt: skip
-    assert "1 failed, 1 passed" in r.stdout, _out(r)  # the case fails, the judge self-test passes
+    # the case fails, and so do the battery's numbers (layout, block sizes, degenerate batches);
+    # the judge self-test and the battery's other four properties pass
+    assert "4 failed, 5 passed" in r.stdout, _out(r)
+    assert "blockattn: contract violated: layout (" in r.stdout, _out(r)
     m = re.search(r"^reproduce: (blockattn replay .+)$", r.stdout, re.M)
     assert m, _out(r)
     argv = shlex.split(m.group(1))

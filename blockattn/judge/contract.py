@@ -1,0 +1,327 @@
+"""The contract battery: what a kernel promises besides its numbers, judged on its own arguments.
+
+For a provider with a kernel callable (`block_attention`'s signature: outside kernels, and the
+built-in `blockattn`), each probe of `blockattn.cases.contract` is handed to the callable as it
+is (no clone, no `.contiguous()`), forward and backward through autograd. The properties, each a
+formula with its reason:
+
+- inputs-untouched: every input buffer (the views and the NaN memory around them) is bitwise the
+  same after the call. A kernel must never write to its caller's tensors.
+- output-contract: O, dQ, dK, dV have the inputs' shape and dtype and share no memory with any
+  input (an output aliasing an input is overwritten by the caller's next write).
+- containment: with one row of q, k, v or grad_out set to NaN, +Inf or -Inf, every output row
+  outside that row's sequence is bitwise equal to the clean run (deterministic providers; each
+  sequence is computed from its own rows only), else finite and equal to the clean run within
+  torch.testing's default tolerance for the dtype. Memory past each input's end is NaN in every
+  probe, so a read past the end fails the numbers below too.
+- layout, block-size, degenerate: the outputs are judged against the FP64 oracle, element by
+  element, by the provider's accuracy model (the tolerance file's rule for it): NaN/Inf where the
+  oracle is finite, or more bound violations than the rule allows, fails. A layout or block size
+  the provider declares it does not take is "unsupported (declared)"; an exception on one it
+  did not declare away fails.
+- determinism: repeats of forward + backward are bitwise equal; required where the provider
+  declares `Supports(deterministic=True)`, measured (reported, never failed) otherwise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from blockattn.cases import contract as C
+from blockattn.judge import metrics
+
+PROPERTIES = ("inputs-untouched", "output-contract", "containment", "layout", "block-size",
+              "degenerate", "determinism")  # fmt: skip
+KEYS = ("O", "dQ", "dK", "dV")
+
+
+@dataclass
+class Check:
+    prop: str
+    probe: str
+    status: str  # "pass" | "FAIL" | "unsupported" | "measured"
+    detail: str = ""
+
+    def to_dict(self) -> dict[str, str]:
+        return {"property": self.prop, "probe": self.probe, "status": self.status,
+                "detail": self.detail}  # fmt: skip
+
+
+def _bits(t: Tensor) -> Tensor:
+    """A bitwise-comparable copy (NaN == NaN of the same payload)."""
+    ints = {2: torch.int16, 4: torch.int32, 8: torch.int64, 1: torch.uint8}
+    return t.detach().clone().view(ints[t.element_size()])
+
+
+def _call(fn, p: C.Probe) -> dict[str, Tensor]:
+    # detach() keeps the view's strides and storage offset: the kernel gets the probe's own
+    # memory layout, as autograd leaves aliasing the probe's buffers.
+    leaves = [x.detach().requires_grad_(True) for x in (p.q, p.k, p.v)]
+    o = fn(*leaves, p.offsets, block_size=p.block_size, scale=p.scale, sinu_pos=p.sinu_pos,
+           rotate_v=p.rotate_v)  # fmt: skip
+    if not isinstance(o, Tensor):
+        raise TypeError(f"returned {type(o).__name__}, expected a Tensor")
+    if o.numel() == 0 or not o.requires_grad:
+        grads: list[Tensor | None] = [None, None, None]
+        if o.numel() and not o.requires_grad:
+            raise ValueError("the output does not require grad (not differentiable)")
+    else:
+        grads = list(torch.autograd.grad(o, leaves, p.grad_out, allow_unused=True))
+    full = [torch.zeros_like(x) if g is None else g for g, x in zip(grads, leaves, strict=True)]
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    return {"O": o.detach(), "dQ": full[0], "dK": full[1], "dV": full[2]}
+
+
+def _inputs_of(p: C.Probe) -> dict[str, Tensor]:
+    named = {**p.buffers, "offsets": p.offsets}
+    if p.sinu_pos is not None and "sinu_pos" not in named:
+        named["sinu_pos"] = p.sinu_pos
+    return named
+
+
+def _storages(p: C.Probe) -> list[tuple[int, int]]:
+    spans = []
+    for t in _inputs_of(p).values():
+        st = t.untyped_storage()
+        spans.append((st.data_ptr(), st.data_ptr() + st.nbytes()))
+    return spans
+
+
+class Battery:
+    """Runs the probes on one provider's kernel callable and collects `Check`s."""
+
+    def __init__(self, prov: Any, tol: Any, device: str, repeats: int | None = None) -> None:
+        self.prov, self.tol, self.device = prov, tol, device
+        sup = prov.supports
+        self.dtype_name = next((d for d in ("bfloat16", "float16", "float32")
+                                if d in sup.dtypes), sup.dtypes[0])  # fmt: skip
+        self.dtype = getattr(torch, self.dtype_name)
+        self.D = 64 if sup.head_dims is None or 64 in sup.head_dims else sup.head_dims[0]
+        self.repeats = repeats or (20 if device == "cuda" else 3)
+        self.checks: list[Check] = []
+        self.model = None
+        self.max_violations = 0
+        if tol is not None:
+            self.model = tol.model_for(prov.name, prov.accuracy_model, prov.reference)
+            rule, _ = tol.rule_for(prov.name, prov.accuracy_model, prov.reference)
+            if rule is not None:
+                self.max_violations = int(rule.get("max_violations", 0))
+
+    # ------------------------------------------------------------------ helpers
+
+    def add(self, prop: str, probe: str, ok: bool | None, detail: str = "") -> None:
+        status = "measured" if ok is None else ("pass" if ok else "FAIL")
+        self.checks.append(Check(prop, probe, status, detail))
+
+    def _refusal(self, p: C.Probe, layout: str = "padded") -> str | None:
+        sup = self.prov.supports
+        spec = SimpleNamespace(variant="rotary" if p.sinu_pos is not None else "plain",
+                               dtype=self.dtype_name, D=self.D, H=1, kvheads=None,
+                               rotate_v=p.rotate_v)  # fmt: skip
+        arch = "cpu"
+        if self.device == "cuda":
+            major, minor = torch.cuda.get_device_capability()
+            arch = f"sm_{major}{minor}"
+        why = sup.refusal(spec, self.device, arch, p.block_size)
+        if why is None and sup.layouts is not None and layout not in sup.layouts:
+            why = f"declared layouts {list(sup.layouts)}, probe uses {layout}"
+        return why
+
+    def run_probe(self, p: C.Probe) -> dict[str, Tensor] | None:
+        """Call the kernel on `p`; check inputs-untouched and output-contract on the way.
+        None (and a FAIL check) when the call raised."""
+        before = {n: _bits(t) for n, t in _inputs_of(p).items()}
+        try:
+            out = _call(self.prov.kernel, p)
+        except Exception as exc:  # any refusal the provider did not declare is a failure
+            self.add(p.prop, p.name, False, f"raised {type(exc).__name__}: {str(exc)[:200]}")
+            return None
+        changed = [n for n, t in _inputs_of(p).items() if not torch.equal(_bits(t), before[n])]
+        self.add("inputs-untouched", p.name, not changed,
+                 f"the call wrote to its input(s) {changed}" if changed else "")  # fmt: skip
+        bad = []
+        spans = _storages(p)
+        for key, t in out.items():
+            if tuple(t.shape) != tuple(p.q.shape) or t.dtype != p.q.dtype:
+                bad.append(f"{key} is {tuple(t.shape)} {t.dtype}, expected "
+                           f"{tuple(p.q.shape)} {p.q.dtype}")  # fmt: skip
+            elif t.numel():
+                lo = t.untyped_storage().data_ptr()
+                if any(a <= lo < b for a, b in spans):
+                    bad.append(f"{key} aliases an input's memory")
+        self.add("output-contract", p.name, not bad, "; ".join(bad))
+        return out
+
+    def judge_numbers(self, p: C.Probe, out: dict[str, Tensor]) -> str:
+        """'' when every output meets the oracle by the provider's model, else why not. `p`
+        holds the inputs as they were before the call (a kernel may have written to them)."""
+        import oracles
+        from blockattn.bounds.elementwise import TokenMap
+        from oracles import error_bound
+
+        if p.T == 0:
+            return ""
+        q, k, v, do = (x.detach().contiguous() for x in (p.q, p.k, p.v, p.grad_out))
+        kw = {"block_size": p.block_size, "scale": p.scale}
+        if p.sinu_pos is None:
+            o = oracles.block_attention(q, k, v, p.offsets, **kw)
+            grads = oracles.block_attention_backward(q, k, v, p.offsets, do, **kw)
+        else:
+            s = p.sinu_pos.contiguous()
+            o = oracles.rotary_block_attention(q, k, v, p.offsets, s, rotate_v=p.rotate_v, **kw)
+            grads = oracles.rotary_block_attention_backward(q, k, v, p.offsets, s, do,
+                                                            rotate_v=p.rotate_v, **kw)  # fmt: skip
+        ref = dict(zip(KEYS, (o, *grads), strict=True))
+        bounds = None
+        if self.model is not None:
+            (bounds,) = error_bound.attention_error_bounds(
+                q, k, v, p.offsets, do, sinu_pos=p.sinu_pos, rotate_v=p.rotate_v,
+                models=[self.model.resolve(self.dtype_name)], **kw,
+            )  # fmt: skip
+        tmap = TokenMap(p.offsets, p.T, p.block_size, ref["O"].device)
+        why = []
+        for key in KEYS:
+            m = metrics.tensor_metrics(out[key], ref[key], self.dtype_name, model=self.model,
+                                       bound=None if bounds is None else bounds[key],
+                                       tmap=tmap)  # fmt: skip
+            if m.get("nonfinite_bad"):
+                why.append(f"{key}: {m['nonfinite_bad']} NaN/Inf where the oracle is finite")
+            b = m.get("bound")
+            if b and b["violations"] > self.max_violations:
+                worst = b.get("max_ratio")
+                worst = "non-finite" if worst is None else f"{worst:.3g}"
+                why.append(f"{key}: {b['violations']} elements beyond the {self.model.name} "
+                           f"bound (max err/bound {worst})")  # fmt: skip
+        return "; ".join(why)
+
+    # ------------------------------------------------------------------ properties
+
+    def numeric(self, p: C.Probe, layout: str = "padded") -> None:
+        why = self._refusal(p, layout)
+        if why is not None:
+            self.checks.append(Check(p.prop, p.name, "unsupported", why))
+            return
+        pristine = replace(p, q=p.q.clone(), k=p.k.clone(), v=p.v.clone(),
+                           grad_out=p.grad_out.clone(), offsets=p.offsets.clone(),
+                           sinu_pos=None if p.sinu_pos is None else p.sinu_pos.clone())
+        out = self.run_probe(p)
+        if out is not None:
+            why = self.judge_numbers(pristine, out)
+            self.add(p.prop, p.name, not why, why)
+
+    def containment(self, clean_t: dict[str, Any]) -> None:
+        clean_p = C.layout_probe(clean_t, "padded")
+        clean = self.run_probe(replace(clean_p, name="containment-clean", prop="containment"))
+        if clean is None:
+            return
+        det = self.prov.supports.deterministic
+        for p in C.containment_probes(clean_t):
+            out = self.run_probe(p)
+            if out is None:
+                continue
+            a, b = p.poisoned
+            outside = torch.ones(p.T, dtype=torch.bool, device=p.q.device)
+            outside[a:b] = False
+            why = []
+            for key in KEYS:
+                x, y = out[key][outside], clean[key][outside]
+                nonfinite = int((~torch.isfinite(x)).sum())
+                if nonfinite:
+                    why.append(f"{key}: {nonfinite} NaN/Inf outside the poisoned sequence")
+                elif det and not torch.equal(_bits(x), _bits(y)):
+                    n = int((_bits(x) != _bits(y)).sum())
+                    why.append(f"{key}: {n} elements outside the poisoned sequence differ "
+                               "bitwise from the clean run")  # fmt: skip
+                elif not det and not torch.allclose(x.float(), y.float(), **_tol(x.dtype)):
+                    why.append(f"{key}: outside the poisoned sequence, differs from the clean run")
+            self.add("containment", p.name, not why, "; ".join(why))
+
+    def determinism(self) -> None:
+        sms = 0
+        if self.device == "cuda":
+            sms = torch.cuda.get_device_properties(0).multi_processor_count
+        p = C.determinism_case(self.dtype, self.D, self.device, sms)
+        why = self._refusal(p)
+        if why is not None:
+            self.checks.append(Check("determinism", p.name, "unsupported", why))
+            return
+        first = self.run_probe(p)
+        if first is None:
+            return
+        differ = 0
+        for _ in range(self.repeats - 1):
+            again = _call(self.prov.kernel, p)
+            differ += any(not torch.equal(_bits(first[k]), _bits(again[k])) for k in KEYS)
+        name = f"{p.name}-x{self.repeats}"
+        detail = f"{differ} of {self.repeats - 1} repeats differ bitwise from the first"
+        declared = self.prov.supports.deterministic
+        self.add("determinism", name, (differ == 0) if declared else None,
+                 detail if differ or not declared else "")  # fmt: skip
+
+    def run(self) -> list[Check]:
+        if self.prov.kernel is None:
+            self.checks.append(Check("all", "-", "unsupported",
+                                     f"{self.prov.name} has no kernel callable to call directly"))
+            return self.checks
+        t = C.base(self.dtype, self.D, self.device)
+        for layout in C.LAYOUTS:
+            if layout == "sinu-strided":
+                continue
+            self.numeric(C.layout_probe(t, layout), layout)
+        if self.prov.supports.rotary:
+            tr = C.base(self.dtype, self.D, self.device, rotary=True)
+            self.numeric(C.layout_probe(tr, "sinu-strided"), "sinu-strided")
+        # 64 is the "padded" layout probe above
+        sizes = [bs for bs in self.prov.supports.block_sizes or C.BLOCK_SIZES_ANY if bs != 64]
+        for p in C.block_size_probes(t, tuple(sizes)):
+            self.numeric(p)
+        for p in C.degenerate_probes(self.dtype, self.D, self.device):
+            self.numeric(p)
+        self.containment(t)
+        self.determinism()
+        return self.checks
+
+
+def _tol(dtype: torch.dtype) -> dict[str, float]:
+    # torch.testing.assert_close's defaults for the dtype
+    return {torch.bfloat16: {"rtol": 1.6e-2, "atol": 1e-5}, torch.float16: {"rtol": 1e-3,
+            "atol": 1e-5}}.get(dtype, {"rtol": 1.3e-6, "atol": 1e-5})  # fmt: skip
+
+
+def run_battery(prov: Any, tol: Any, device: str, repeats: int | None = None) -> list[Check]:
+    """Every check of the battery for `prov` (a `blockattn.providers.Provider`)."""
+    return Battery(prov, tol, device, repeats).run()
+
+
+def failures(checks: list[Check]) -> list[Check]:
+    return [c for c in checks if c.status == "FAIL"]
+
+
+def markdown(checks: list[Check], provider: str, replay: str | None = None) -> str:
+    """The battery's section of a summary: one row per property, then every failing check."""
+    fails = failures(checks)
+    head = "❌" if fails else "✅"
+    lines = [f"### Contract battery for `{provider}`: {head} {len(fails)} violation(s) in "
+             f"{len(checks)} checks", "", "| property | pass | FAIL | unsupported | measured |",
+             "|---|---:|---:|---:|---:|"]  # fmt: skip
+    for prop in (*PROPERTIES, "all"):
+        mine = [c for c in checks if c.prop == prop]
+        if mine:
+            n = {s: sum(c.status == s for c in mine) for s in ("pass", "FAIL", "unsupported",
+                                                                 "measured")}  # fmt: skip
+            lines.append(f"| {prop} | {n['pass']} | {n['FAIL']} | {n['unsupported']} | "
+                         f"{n['measured']} |")  # fmt: skip
+    for c in fails[:40]:
+        lines.append(f"- ❌ contract violated: {c.prop} ({c.probe}): {c.detail}")
+    for c in checks:
+        if c.status in ("measured", "unsupported") and c.detail:
+            lines.append(f"- {c.status}: {c.prop} ({c.probe}): {c.detail}")
+    if fails and replay:
+        lines.append(f"- replay: `{replay}`")
+    return "\n".join(lines)
