@@ -66,20 +66,20 @@ def dk_bug(inputs, variant: str) -> dict[str, torch.Tensor]:
     return out
 
 
-def _attention_without_partial_block_mask(q, k, v, offsets, scale):
+def _attention_without_partial_block_mask(q, k, v, offsets, scale, block=64):
     """The classic bug: padded keys of a partial block are not masked (they score 0)."""
     T, H, D = q.shape
     if T == 0:
         return q * 0
-    slot, nb = _common.block_layout(offsets, T)
+    slot, nb = _common.block_layout(offsets, T, block)
 
     def pad(t: torch.Tensor) -> torch.Tensor:
-        z = t.new_zeros(nb * 64, H, D)
-        return z.index_copy(0, slot, t).view(nb, 64, H, D).transpose(1, 2)
+        z = t.new_zeros(nb * block, H, D)
+        return z.index_copy(0, slot, t).view(nb, block, H, D).transpose(1, 2)
 
     p = torch.softmax(torch.matmul(pad(q), pad(k).transpose(-1, -2)) * scale, dim=-1)
     o = torch.matmul(p, pad(v))
-    return o.transpose(1, 2).reshape(nb * 64, H, D).index_select(0, slot)
+    return o.transpose(1, 2).reshape(nb * block, H, D).index_select(0, slot)
 
 
 def nomask_bug(inputs, variant: str) -> dict[str, torch.Tensor]:

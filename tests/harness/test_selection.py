@@ -16,7 +16,7 @@ from blockattn.judge import tolerances
 
 pytest.importorskip("oracles")
 TOL = str(tolerances.latest_released(tolerances.default_tolerance_dir(), "cpu"))
-FAST = ["--no-progress", "--tolerances", TOL]
+FAST = ["--no-progress", "--tolerances", TOL, "--no-contract"]  # the battery: tests/contract
 
 
 def _plan(**kw) -> list:
@@ -167,7 +167,7 @@ def test_shard_runs_merge_into_one_verdict(tmp_path: Path, capsys) -> None:
     whole = _plan(fuzz=0, selection=Selection(variants=("plain",), dtypes=("float16",)))
     assert sorted(c["case_id"] for c in merged["cases"]) == sorted(s.case_id for s in whole)
     assert set(merged["meta"]["shards"]) == {"1/2", "2/2"}
-    assert cli.main(["gate", "--report", str(m), "--tolerances", TOL]) == 0
+    assert cli.main(["gate", "--report", str(m), "--tolerances", TOL, "--no-contract"]) == 0
     # A shard with other options does not belong to the same split.
     d3 = tmp_path / "s3"
     assert cli.main(["run", "--out", str(d3), "--shard", "2/2", "--seed", "9", *common]) == 0
@@ -186,7 +186,8 @@ def test_gate_dir_is_complete_and_regression_only_failures_get_reproducers(
     providers.register("dkbug", dk_bug, accuracy_model="fp32-split-operands")
     try:
         base, out = tmp_path / "base", tmp_path / "gate"
-        case = ["--case", "near-constant-fp16", "--no-progress", "--tolerances", TOL]
+        case = ["--case", "near-constant-fp16", "--no-contract", "--no-progress",
+                "--tolerances", TOL]
         assert cli.main(["gate", "--out", str(base), *case]) == 0
         (base / "repro").mkdir()
         (base / "repro" / "stale.json").write_text("{}")  # left by an earlier gate
@@ -220,13 +221,14 @@ def test_gate_over_an_outside_kernel_runs_only_it_and_its_baseline_and_regates(
     monkeypatch.delitem(sys.modules, "okern", raising=False)
     out = tmp_path / "g"
     try:
-        argv = ["--case", "edge-lengths-plain-bf16", "--no-progress", "--tolerances", TOL]
+        argv = ["--case", "edge-lengths-plain-bf16", "--no-contract", "--no-progress",
+                "--tolerances", TOL]
         assert cli.main(["gate", "--provider", "okern:clean", "--out", str(out), *argv]) == 0
         rec = json.loads((out / "results.jsonl").read_text().splitlines()[0])
         assert list(rec["providers"]) == ["clean", "eager"]  # not the built-in kernel too
         providers.unregister("clean")  # a later gate over the report needs no --provider:
         capsys.readouterr()  # the records say which kernel ran and how it declared itself
-        assert cli.main(["gate", "--report", str(out), "--tolerances", TOL]) == 0
+        assert cli.main(["gate", "--report", str(out), "--tolerances", TOL, "--no-contract"]) == 0
         assert "under test `clean`" in capsys.readouterr().out
     finally:
         providers.unregister("clean")
