@@ -264,7 +264,7 @@ class BlockattnSession:
 
         p = self.plan()
         why = providers.get(p.under_test).supports.refusal(
-            spec, p.device, device_info()["arch"]
+            spec, p.device, device_info()["arch"], spec.block_size
         )
         if why is not None:  # declared unsupported: no oracle work, a skip
             return BlockattnCase(spec, skip_reason=f"{p.under_test}: {why}")

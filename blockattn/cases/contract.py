@@ -34,7 +34,7 @@ LAYOUTS = {
     "sinu-strided": "sinu_pos the left half of a (T, 2D) buffer: row stride 2D (rotary)",
 }
 POISONS = (float("nan"), float("inf"), float("-inf"))
-PAD = 5  # rows of NaN past the end of every buffer
+PAD = 128  # rows of NaN past every buffer's end: a whole block read past the end sees NaN
 
 
 @dataclass

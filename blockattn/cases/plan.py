@@ -53,10 +53,13 @@ def restricted_space(space: Any, sel: Selection, supports: Any) -> Any | None:
                      and (v != "projection" or supports.projection))  # fmt: skip
     dists = tuple(d for d in space.distributions
                   if sel.distributions is None or d in sel.distributions)  # fmt: skip
-    if not (dtypes and dims and variants and dists):
+    declared = getattr(supports, "block_sizes", None)
+    blocks = tuple(b for b in space.block_sizes if declared is None or b in declared)
+    if not (dtypes and dims and variants and dists and blocks):
         return None
     return dataclasses.replace(space, dtypes=dtypes, head_dims=dims, variants=variants,
-                               distributions=dists, gqa=space.gqa and supports.gqa)  # fmt: skip
+                               distributions=dists, gqa=space.gqa and supports.gqa,
+                               block_sizes=blocks)  # fmt: skip
 
 
 def shard(specs: list[CaseSpec], index: int, count: int) -> list[CaseSpec]:

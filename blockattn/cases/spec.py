@@ -14,7 +14,8 @@ import torch
 from blockattn.dtypes import DTYPES
 from blockattn.names import VARIANTS
 
-BLOCK_SIZE = 64
+BLOCK_SIZE = 64  # the default; a spec with another leaves its id as before only at this one
+MAX_BLOCK_SIZE = 128  # blockattn.validation.MAX_BLOCK_SIZE: the operator's range is 1..128
 # Projection cases: x is (T, PROJ_IN) - fixed so one seed rebuilds the same x, w, bias.
 PROJ_IN = 64
 
@@ -34,6 +35,7 @@ class CaseSpec:
     scale: float | None = None  # None -> 1/sqrt(D)
     rotate_v: bool = True
     kvheads: int | None = None  # projection only; None -> H (no GQA)
+    block_size: int = BLOCK_SIZE  # tokens per block, cut from each sequence's start
     source: str = field(default="adhoc", compare=False)  # "corpus" | "fuzz" | "adhoc"
     name: str = field(default="", compare=False)
 
@@ -53,6 +55,9 @@ class CaseSpec:
             raise ValueError(f"scale must be a finite number or None, got {self.scale!r}")
         if self.kvheads is not None and not (_is_int(self.kvheads) and self.kvheads >= 1):
             raise ValueError(f"kvheads must be an int >= 1 or None, got {self.kvheads!r}")
+        if not (_is_int(self.block_size) and 1 <= self.block_size <= MAX_BLOCK_SIZE):
+            raise ValueError(f"block_size must be an int in [1, {MAX_BLOCK_SIZE}], got "
+                             f"{self.block_size!r}")  # fmt: skip
         if not isinstance(self.rotate_v, bool):
             raise TypeError(f"rotate_v must be a bool, got {self.rotate_v!r}")
         if self.lengths is not None:
@@ -75,6 +80,8 @@ class CaseSpec:
         d = dataclasses.asdict(self)
         d.pop("source")
         d.pop("name")
+        if d["block_size"] == BLOCK_SIZE:  # absent at its default: earlier ids stay valid
+            d.pop("block_size")
         if d["lengths"] is not None:
             d["lengths"] = list(d["lengths"])
         return d
@@ -109,6 +116,8 @@ class CaseSpec:
             else (f"B={self.B} max_len={self.max_len} sparsity={self.sparsity:g}")
         )
         extra = "" if self.scale is None else f" scale={self.scale:g}"
+        if self.block_size != BLOCK_SIZE:
+            extra += f" block_size={self.block_size}"
         return (
             f"{self.variant} {self.dtype} {shape} H={self.H} D={self.D} "
             f"dist={self.distribution} seed={self.seed}{extra}"

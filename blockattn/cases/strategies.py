@@ -36,6 +36,9 @@ class Space:
     variants: tuple[str, ...] = ("plain", "rotary", "projection")
     distributions: tuple[str, ...] = DISTRIBUTIONS
     gqa: bool = True  # projection cases may draw kvheads < H (cut when the kernel has no GQA)
+    # Block sizes of the contract: 1, a non-power of two, the default, MAX_BLOCK_SIZE (cut to
+    # what the provider declares). A third of the draws take one other than 64.
+    block_sizes: tuple[int, ...] = (1, 24, 64, 128)
 
 
 SPACES: dict[str, Space] = {
@@ -131,6 +134,7 @@ def case_specs(
         distribution=draw(st.sampled_from(space.distributions)),
         scale=draw(st.one_of(st.none(), st.sampled_from((0.05, 0.125, 0.5)))),
         rotate_v=draw(st.booleans()),
+        block_size=draw(st.sampled_from(space.block_sizes)),
         source="fuzz",
     )
     if draw(st.booleans()):
@@ -139,6 +143,16 @@ def case_specs(
     max_len = draw(st.integers(1, min(space.max_len, max(1, space.max_total // B))))
     sparsity = draw(st.floats(0.0, 0.99, allow_nan=False))
     return CaseSpec(B=B, max_len=max_len, sparsity=round(sparsity, 4), **common)
+
+
+def _block_size(space: Space, seed: int, i: int) -> int:
+    """The block size of draw i: from its own stream, so every other field of every draw (and
+    so the ids of the cases at block size 64) stays what earlier releases drew."""
+    other = [b for b in space.block_sizes if b != 64]
+    if 64 not in space.block_sizes:
+        return random.Random(f"{seed}:{i}:block_size").choice(other)
+    r = random.Random(f"{seed}:{i}:block_size")
+    return r.choice(other) if other and r.random() < 1 / 3 else 64
 
 
 def sample_specs(space: Space, n: int, seed: int) -> list[CaseSpec]:
@@ -168,6 +182,9 @@ def sample_specs(space: Space, n: int, seed: int) -> list[CaseSpec]:
             # Readable and unique within a sample: sampler seed, draw index, what it is.
             name=f"fuzz-s{seed}-{i}-{variant}-{_SHORT[dtype]}-d{D}-{dist}",
         )
+        bs = _block_size(space, seed, i)
+        if bs != 64:
+            common.update(block_size=bs, name=f"{common['name']}-bs{bs}")
         if rng.random() < 0.5:
             pool = (*EDGE_LENGTHS, *space.long_lengths)
             lens = [

@@ -112,7 +112,7 @@ def evaluate_case(
         rec["wall_s"] = time.perf_counter() - t0
         return rec
     rec["oracle_s"] = time.perf_counter() - t0
-    tmap = TokenMap(inp.offsets, inp.T, 64, ref["O"].device)
+    tmap = TokenMap(inp.offsets, inp.T, spec.block_size, ref["O"].device)
     if tol is not None:
         rec["tolerances"] = {"version": tol.version, "sha256": tol.sha256}
     for name in provider_names:

@@ -7,6 +7,8 @@ silently testing nothing.
 
 Groups:
 - "core": masking, scaling, softmax/Di, gradient plumbing, strides, tile table, autograd.
+- "contract": a declared option ignored, reads past a block, the caller's input written, a
+  result that is not repeatable (`contract_bugs.py`; killed by the contract battery).
 - "rotary": anchors inside `_rotate`, `_load_sinu`, `_store` and the rotation call sites. Those
   functions are the ones most often edited (register-pressure work), so their anchors are kept
   apart and re-checked on every test run.
@@ -15,12 +17,13 @@ Groups:
 
 from __future__ import annotations
 
+from blockattn.mutants.contract_bugs import CONTRACT
 from blockattn.mutants.kernel_bugs import CORE, ROTARY
 from blockattn.mutants.mutant import Mutant
 from blockattn.mutants.precision import PRECISION
 from blockattn.mutants.suite import SUITE
 
-MUTANTS: tuple[Mutant, ...] = CORE + ROTARY + PRECISION + SUITE
+MUTANTS: tuple[Mutant, ...] = CORE + ROTARY + PRECISION + SUITE + CONTRACT
 
 
 def by_name(names: list[str] | None = None) -> list[Mutant]:

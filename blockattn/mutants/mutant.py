@@ -19,7 +19,7 @@ OPS = "ops.py"
 @dataclass(frozen=True)
 class Mutant:
     name: str
-    group: str  # "core" | "rotary" | "precision" | "suite"
+    group: str  # "core" | "rotary" | "precision" | "suite" | "contract"
     file: str  # path relative to the blockattn package directory
     anchor: str
     replacement: str

@@ -45,6 +45,8 @@ def failing_metric(failure: str) -> str:
         return f"crash ({msg.split(':', 1)[0]})"
     if failure.startswith("selftest"):
         return "judge self-test"
+    if failure.startswith("contract violated: "):
+        return "contract: " + failure.removeprefix("contract violated: ").split(" (", 1)[0]
     for pat, name in (
         (r"beyond the \S+ bound", "bound violations"),
         (r"not correctly rounded|ulp error|bound violations \d+ ->", "elementwise regression"),

@@ -78,6 +78,16 @@ def main(argv: list[str] | None = None) -> int:
         if dec.failed and all(c["passed"] for c in cases):
             cases.append({"case_id": "gate", "name": "gate decision", "passed": False,
                           "failures": dec.reasons})
+    # The contract battery, as the gate runs it after the cases (only where nothing failed yet,
+    # unless --keep-going: a mutant already killed need not pay for it).
+    if not problems and (plan["keep_going"] or all(c["passed"] for c in cases)):
+        from blockattn import providers
+        from blockattn.judge.contract import failures, run_battery
+
+        bad = failures(run_battery(providers.get(plan["under_test"]), tol, device))
+        cases.append({"case_id": "contract", "name": "contract battery", "passed": not bad,
+                      "failures": [f"contract violated: {c.prop} ({c.probe}): {c.detail}"
+                                   for c in bad]})  # fmt: skip
     res = {"device": device, "cases": cases, "seconds": time.perf_counter() - t0}
     args.out.write_text(json.dumps(res, indent=1))
     return 0

@@ -48,7 +48,7 @@ def run(inputs, variant: str) -> dict[str, torch.Tensor]:
             qheads=inputs.qheads,
             kvheads=inputs.kvheads,
             bias=b,
-            block_size=64,
+            block_size=spec.block_size,
             scale=spec.scale,
             rotate_v=spec.rotate_v,
         )
@@ -62,7 +62,7 @@ def run(inputs, variant: str) -> dict[str, torch.Tensor]:
         k,
         v,
         inputs.offsets,
-        block_size=64,
+        block_size=spec.block_size,
         scale=spec.scale,
         sinu_pos=inputs.sinu_pos if variant == "rotary" else None,
         rotate_v=spec.rotate_v,

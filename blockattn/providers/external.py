@@ -92,14 +92,14 @@ def _runner(fn: Callable, proj: Callable | None, name: str) -> Callable:
             x, w, b = (t.detach().clone().requires_grad_(True)
                        for t in (inputs.x, inputs.w, inputs.bias))  # fmt: skip
             o = proj(x, w, inputs.sinu_pos, inputs.offsets, qheads=inputs.qheads,
-                     kvheads=inputs.kvheads, bias=b, block_size=64, scale=scale,
+                     kvheads=inputs.kvheads, bias=b, block_size=spec.block_size, scale=scale,
                      rotate_v=spec.rotate_v)  # fmt: skip
             o = _check_out(o, inputs.q, name)  # (T, qheads, D) in the case dtype
             dx, dw, db = torch.autograd.grad(o, (x, w, b), inputs.grad_out, allow_unused=True)
             return {"O": o.detach(), "dX": _z(dx, x), "dW": _z(dw, w), "dbias": _z(db, b)}
         q, k, v = (t.detach().clone().requires_grad_(True)
                    for t in (inputs.q, inputs.k, inputs.v))  # fmt: skip
-        o = fn(q, k, v, inputs.offsets, block_size=64, scale=scale,
+        o = fn(q, k, v, inputs.offsets, block_size=spec.block_size, scale=scale,
                sinu_pos=inputs.sinu_pos if variant == "rotary" else None,
                rotate_v=spec.rotate_v)  # fmt: skip
         o = _check_out(o, q, name)

@@ -70,7 +70,7 @@ def call_provider(prov: providers.Provider, inp: Inputs, variant: str
     status entry; outputs is None when the provider was not run (declared unsupported), refused,
     crashed, wrote to its inputs or returned too few outputs (result says which)."""
     info = device_info()
-    why = prov.supports.refusal(inp.spec, inp.q.device.type, info["arch"])
+    why = prov.supports.refusal(inp.spec, inp.q.device.type, info["arch"], inp.spec.block_size)
     if why is not None:  # declared: recorded, never judged as a failure
         return None, {"status": "unsupported", "reason": f"{prov.name}: {why}", "declared": True,
                       "time_s": 0.0, "provider": prov.describe()}  # fmt: skip

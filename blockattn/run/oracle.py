@@ -11,7 +11,7 @@ def oracle_outputs(inp: Inputs) -> dict[str, torch.Tensor]:
     import oracles  # lazy: owned elsewhere
 
     spec = inp.spec
-    kw = {"block_size": 64, "scale": spec.scale}
+    kw = {"block_size": spec.block_size, "scale": spec.scale}
     if spec.variant == "plain":
         o = oracles.block_attention(inp.q, inp.k, inp.v, inp.offsets, **kw)
         dq, dk, dv = oracles.block_attention_backward(
@@ -47,7 +47,8 @@ def oracle_bounds(inp: Inputs, models: list[dict]) -> list[dict[str, torch.Tenso
     from oracles import error_bound
 
     spec = inp.spec
-    kw = {"block_size": 64, "scale": spec.scale, "rotate_v": spec.rotate_v, "models": models}
+    kw = {"block_size": spec.block_size, "scale": spec.scale, "rotate_v": spec.rotate_v,
+          "models": models}
     if spec.variant == "projection":
         return error_bound.projection_error_bounds(
             inp.x, inp.w, inp.bias, inp.sinu_pos, inp.offsets, inp.qheads, inp.kvheads,

@@ -131,7 +131,7 @@ def test_fuzz_ids_and_filters(repo: Path) -> None:
     assert r.returncode == 0, _out(r)
     ids = re.findall(r"blockattn::test_blockattn\[(.+?)\]", r.stdout)
     assert len(ids) == 3, _out(r)
-    assert all(re.fullmatch(r"fuzz-s5-\d+-\w+-bf16-d(64|128)-\w+", i) for i in ids), ids
+    assert all(re.fullmatch(r"fuzz-s5-\d+-\w+-bf16-d(64|128)-\w+(-bs\d+)?", i) for i in ids), ids
     r = _pytest(repo, "--co", "-q", "--blockattn-provider", "scratchmod:clean",
                 "--blockattn-case", "no-such-case")  # fmt: skip
     assert r.returncode == 4, _out(r)
