@@ -6,6 +6,10 @@
 #            with every GPU provider, sdpa_cudnn (now a provider) included
 #   phase 2: every mutant against the H100 baseline, control included; the false-alarm run
 #            over 20 seeds and every distribution
+#   phase 3 (issue 20): the contract battery for blockattn, fa2 and eager; the gate's wall time
+#            with and without the battery; the GPU test tier
+#   phase 4 (issue 20): every mutant (contract group included); the false-alarm run with block
+#            sizes in the fuzz space
 # Usage: bash benchmarks/gpu_house.sh 1|2 OUTDIR [COMMIT]
 set -uo pipefail
 phase=$1
@@ -23,6 +27,16 @@ if [ "$phase" = 1 ]; then
     --out "$r/audit"
   step run_all_providers timeout 120 python3 -m blockattn run --corpus-only --tolerances v5 \
     --providers blockattn,fa2,sdpa_cudnn,eager --out "$r/run_providers" --no-progress
+elif [ "$phase" = 3 ]; then
+  for p in blockattn fa2 eager; do
+    step "contract_$p" timeout 120 python3 -m blockattn contract --under-test "$p" \
+      --tolerances v5 --out "$r/contract_$p"
+  done
+  step gate_with_contract timeout 150 python3 -m blockattn gate --tolerances v5 \
+    --out "$r/gate_with" --no-progress
+  step gate_no_contract timeout 150 python3 -m blockattn gate --tolerances v5 \
+    --out "$r/gate_without" --no-progress --no-contract
+  step pytest_gpu timeout 300 python3 -m pytest -n 8 -m "not slow" -q -p no:cacheprovider
 else
   step mutants timeout 330 python3 -m blockattn mutants --jobs 12 --tolerances v5 \
     --baseline ci/baselines/h100/report.json --out "$r/mutants"
