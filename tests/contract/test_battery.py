@@ -23,7 +23,7 @@ HERE = Path(__file__).resolve().parent
 @pytest.fixture(scope="module")
 def tol():
     return tolerances.load(
-        tolerances.latest_released(tolerances.default_tolerance_dir(), device="cpu"))
+        tolerances.latest_released(tolerances.default_tolerance_dir(), device=DEV))
 
 
 @pytest.fixture
@@ -47,14 +47,17 @@ def _unregister():
             providers.unregister(n)
 
 
+DEV = "cuda" if __import__("torch").cuda.is_available() else "cpu"  # the probes' device
+
+
 def _battery(name: str, tol) -> Battery:
-    return Battery(_load(name), tol, "cpu")
+    return Battery(_load(name), tol, DEV)
 
 
 def _t():
     import torch
 
-    return C.base(torch.bfloat16, 64, "cpu")
+    return C.base(torch.bfloat16, 64, DEV)
 
 
 def _fails(b: Battery, prop: str) -> list[str]:
@@ -63,7 +66,7 @@ def _fails(b: Battery, prop: str) -> list[str]:
 
 def test_the_faithful_kernel_and_blockattn_pass_every_property(scratch: Path, tol) -> None:
     for prov in (_load("faithful"), providers.get("blockattn")):
-        checks = run_battery(prov, tol, "cpu")
+        checks = run_battery(prov, tol, DEV)
         assert not failures(checks), markdown(checks, prov.name)
         props = {c.prop for c in checks if c.status in ("pass", "measured")}
         assert props == {"inputs-untouched", "output-contract", "containment", "layout",
@@ -134,7 +137,7 @@ def test_a_crash_on_a_degenerate_batch_fails_degenerate(scratch: Path, tol) -> N
     import torch
 
     b = _battery("empty_crash", tol)
-    for p in C.degenerate_probes(torch.bfloat16, 64, "cpu"):
+    for p in C.degenerate_probes(torch.bfloat16, 64, DEV):
         b.numeric(p)
     bad = _fails(b, "degenerate")
     assert {x.split(":")[0] for x in bad} == {"degenerate-t0", "degenerate-all-empty"}, bad
@@ -142,7 +145,7 @@ def test_a_crash_on_a_degenerate_batch_fails_degenerate(scratch: Path, tol) -> N
 
 
 def test_declared_refusals_are_unsupported_not_failed(scratch: Path, tol) -> None:
-    checks = run_battery(_load("declares_refusals"), tol, "cpu")
+    checks = run_battery(_load("declares_refusals"), tol, DEV)
     assert not failures(checks), markdown(checks, "declares_refusals")
     unsupported = {c.probe for c in checks if c.status == "unsupported"}
     assert {"layout-qkv-packed", "layout-head-strided", "layout-sinu-strided"} <= unsupported
