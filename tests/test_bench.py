@@ -252,7 +252,7 @@ def test_bench_entries_are_the_providers_own_timings() -> None:
     assert set(entries()) == set(owned)
     assert set(builtin_entries()) == {
         "blockattn", "blockattn_rotary", "fa2", "fa2_rotary_eager", "fa2_rotary_compiled",
-        "sdpa_cudnn", "flex", "eager",
+        "sdpa_cudnn", "flex", "eager", "fa4",
     }  # fmt: skip
     assert {owned[n] for n in ("fa2_rotary_eager", "fa2_rotary_compiled")} == {"fa2"}
     for name, t in builtin_entries().items():

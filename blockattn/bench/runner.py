@@ -143,10 +143,13 @@ def _git() -> dict[str, Any]:
         except (OSError, subprocess.SubprocessError):
             return ""
 
-    commit = os.environ.get("BLOCKATTN_GIT_COMMIT") or git("rev-parse", "HEAD")
-    if not re.fullmatch(r"[0-9a-f]{40}", commit):
-        commit = "unknown (no git checkout; set BLOCKATTN_GIT_COMMIT)"
-    return {"commit": commit, "dirty": bool(git("status", "-s"))}
+    from blockattn.run.execute import git_commit
+
+    commit = git_commit(short=False)  # the package's own checkout only, or the env stamp
+    if not re.fullmatch(r"[0-9a-f]{7,40}", commit):
+        commit = "unknown (no git checkout of blockattn; set BLOCKATTN_GIT_COMMIT)"
+    dirty = commit[0] != "u" and not os.environ.get("BLOCKATTN_GIT_COMMIT")
+    return {"commit": commit, "dirty": dirty and bool(git("status", "-s"))}
 
 
 def _meta(cfg: BenchConfig) -> dict[str, Any]:

@@ -54,6 +54,9 @@ class Probe:
     rotate_v: bool = True
     poisoned: tuple[int, int] | None = None  # token range [start, end) of the poisoned sequence
     buffers: dict[str, Tensor] = field(default_factory=dict)  # the views' base buffers
+    max_seq_len: int | None = None  # passed as `max_seq_len=` only when set
+    nested: bool = False  # q, k, v, grad_out handed over as torch.nested jagged tensors
+    note: str = ""  # what the probe holds, for the report (e.g. where the poisons are)
 
     @property
     def T(self) -> int:
@@ -138,7 +141,7 @@ def poisoned(t: dict[str, Any], seq: str) -> Probe:
         row = start + (ti + 1) * LENGTHS[i] // (len(POISONED) + 1)
         getattr(p, name)[row] = value  # a view: writes through to the probe's buffer
         what.append(f"{_TAG[repr(value)]} in {name} row {row}")
-    return replace(p, name=f"containment-{seq} ({', '.join(what)})", prop="containment",
+    return replace(p, name=f"containment-{seq}", prop="containment", note=", ".join(what),
                    poisoned=(start, start + LENGTHS[i]))  # fmt: skip
 
 
@@ -187,3 +190,27 @@ def determinism_case(dtype: torch.dtype, D: int, device: str, sms: int = 0) -> P
     t = {"q": c.q, "k": c.k, "v": c.v, "grad_out": c.grad_out, "sinu_pos": None,
          "offsets": offsets_from_lengths(list(lengths)).to(device), "scale": D**-0.5}  # fmt: skip
     return replace(layout_probe(t, "padded"), name="determinism", prop="determinism")
+
+
+def option_probes(t: dict[str, Any], offsets_dtypes: tuple[str, ...], max_seq_len: bool,
+                  nested: bool) -> list[tuple[Probe, str | None]]:  # fmt: skip
+    """(probe, why not declared) for each optional argument: offsets in int64 (the suite's
+    default is int32), `max_seq_len` exact and larger than the longest sequence, nested jagged
+    q, k, v. A probe with a reason is recorded "unsupported (declared)"."""
+    p = layout_probe(t, "padded")
+    longest = max(LENGTHS)
+    out = []
+    for dt in ("int32", "int64"):
+        if dt == "int32":
+            continue  # every other probe passes int32 offsets
+        why = None if dt in offsets_dtypes else f"declared offsets dtypes {list(offsets_dtypes)}"
+        out.append((replace(p, name=f"option-offsets-{dt}", prop="option",
+                            offsets=p.offsets.to(getattr(torch, dt))), why))  # fmt: skip
+    why = None if max_seq_len else "declared no max_seq_len argument"
+    for tag, n in (("exact", longest), ("larger", 3 * longest + 5)):
+        out.append((replace(p, name=f"option-max-seq-len-{tag}", prop="option", max_seq_len=n,
+                            note=f"max_seq_len={n}, longest sequence {longest}"), why))  # fmt: skip
+    why = None if nested else "declared no nested (torch.nested jagged) input"
+    note = "q, k, v torch.nested jagged tensors, offsets None"
+    out.append((replace(p, name="option-nested", prop="option", nested=True, note=note), why))
+    return out

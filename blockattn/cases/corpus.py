@@ -7,7 +7,7 @@ from pathlib import Path
 
 from blockattn.cases.spec import CaseSpec
 
-CORPUS_VERSION = 1
+CORPUS_VERSION = 2
 _DIR = Path(__file__).resolve().parent
 
 

@@ -28,6 +28,12 @@ class Inputs:
         return int(self.q.shape[0])
 
     @property
+    def max_seq_len(self) -> int | None:
+        """The `max_seq_len=` argument the spec asks for (None: omitted)."""
+        lengths = (self.offsets[1:] - self.offsets[:-1]).tolist()
+        return self.spec.max_seq_len_value(lengths)
+
+    @property
     def qheads(self) -> int:
         return self.spec.H
 
@@ -57,7 +63,7 @@ def build_inputs(spec: CaseSpec, device: str | torch.device = "cpu") -> Inputs:
         k=case.k,
         v=case.v,
         grad_out=case.grad_out,
-        offsets=case.offsets,
+        offsets=case.offsets.to(getattr(torch, spec.offsets_dtype)),
         sinu_pos=case.sinu_pos,
     )
     if spec.variant == "projection":

@@ -55,11 +55,16 @@ def restricted_space(space: Any, sel: Selection, supports: Any) -> Any | None:
                   if sel.distributions is None or d in sel.distributions)  # fmt: skip
     declared = getattr(supports, "block_sizes", None)
     blocks = tuple(b for b in space.block_sizes if declared is None or b in declared)
-    if not (dtypes and dims and variants and dists and blocks):
+    odts = tuple(d for d in space.offsets_dtypes
+                 if d in getattr(supports, "offsets_dtypes", ("int32",)))  # fmt: skip
+    msls = tuple(m for m in space.max_seq_lens
+                 if m == "omitted" or getattr(supports, "max_seq_len", False))  # fmt: skip
+    if not (dtypes and dims and variants and dists and blocks and odts):
         return None
     return dataclasses.replace(space, dtypes=dtypes, head_dims=dims, variants=variants,
                                distributions=dists, gqa=space.gqa and supports.gqa,
-                               block_sizes=blocks)  # fmt: skip
+                               block_sizes=blocks, offsets_dtypes=odts,
+                               max_seq_lens=msls)  # fmt: skip
 
 
 def shard(specs: list[CaseSpec], index: int, count: int) -> list[CaseSpec]:

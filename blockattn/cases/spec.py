@@ -18,6 +18,11 @@ BLOCK_SIZE = 64  # the default; a spec with another leaves its id as before only
 MAX_BLOCK_SIZE = 128  # blockattn.validation.MAX_BLOCK_SIZE: the operator's range is 1..128
 # Projection cases: x is (T, PROJ_IN) - fixed so one seed rebuilds the same x, w, bias.
 PROJ_IN = 64
+OFFSETS_DTYPES = ("int32", "int64")
+MAX_SEQ_LEN = ("omitted", "exact", "larger")
+# Fields left out of the case id while they hold their default: ids of earlier releases (corpus
+# v1, stored baselines) stay valid as the judged space grows.
+DEFAULTS_OUT_OF_ID = {"block_size": BLOCK_SIZE, "offsets_dtype": "int32", "max_seq_len": "omitted"}
 
 
 @dataclass(frozen=True)
@@ -36,6 +41,10 @@ class CaseSpec:
     rotate_v: bool = True
     kvheads: int | None = None  # projection only; None -> H (no GQA)
     block_size: int = BLOCK_SIZE  # tokens per block, cut from each sequence's start
+    offsets_dtype: str = "int32"  # of the offsets tensor the kernel gets ("int32" | "int64")
+    # `max_seq_len=` given to kernels that declare it: "omitted", "exact" (the longest
+    # sequence), "larger" (well above it). Baselines ignore it.
+    max_seq_len: str = "omitted"
     source: str = field(default="adhoc", compare=False)  # "corpus" | "fuzz" | "adhoc"
     name: str = field(default="", compare=False)
 
@@ -58,6 +67,12 @@ class CaseSpec:
         if not (_is_int(self.block_size) and 1 <= self.block_size <= MAX_BLOCK_SIZE):
             raise ValueError(f"block_size must be an int in [1, {MAX_BLOCK_SIZE}], got "
                              f"{self.block_size!r}")  # fmt: skip
+        if self.offsets_dtype not in OFFSETS_DTYPES:
+            raise ValueError(f"offsets_dtype must be one of {OFFSETS_DTYPES}, got "
+                             f"{self.offsets_dtype!r}")  # fmt: skip
+        if self.max_seq_len not in MAX_SEQ_LEN:
+            raise ValueError(f"max_seq_len must be one of {MAX_SEQ_LEN}, got "
+                             f"{self.max_seq_len!r}")  # fmt: skip
         if not isinstance(self.rotate_v, bool):
             raise TypeError(f"rotate_v must be a bool, got {self.rotate_v!r}")
         if self.lengths is not None:
@@ -80,8 +95,9 @@ class CaseSpec:
         d = dataclasses.asdict(self)
         d.pop("source")
         d.pop("name")
-        if d["block_size"] == BLOCK_SIZE:  # absent at its default: earlier ids stay valid
-            d.pop("block_size")
+        for key, default in DEFAULTS_OUT_OF_ID.items():
+            if d[key] == default:  # absent at its default: earlier ids stay valid
+                d.pop(key)
         if d["lengths"] is not None:
             d["lengths"] = list(d["lengths"])
         return d
@@ -109,6 +125,11 @@ class CaseSpec:
             kw["lengths"] = tuple(kw["lengths"])
         return cls(**kw)
 
+    def max_seq_len_value(self, lengths: list[int]) -> int | None:
+        """The `max_seq_len=` argument for a case of these lengths (None: omitted)."""
+        longest = max(lengths, default=0)
+        return {"omitted": None, "exact": longest, "larger": 2 * longest + 7}[self.max_seq_len]
+
     def short(self) -> str:
         shape = (
             f"lengths={list(self.lengths)}"
@@ -118,6 +139,10 @@ class CaseSpec:
         extra = "" if self.scale is None else f" scale={self.scale:g}"
         if self.block_size != BLOCK_SIZE:
             extra += f" block_size={self.block_size}"
+        if self.offsets_dtype != "int32":
+            extra += f" offsets={self.offsets_dtype}"
+        if self.max_seq_len != "omitted":
+            extra += f" max_seq_len={self.max_seq_len}"
         return (
             f"{self.variant} {self.dtype} {shape} H={self.H} D={self.D} "
             f"dist={self.distribution} seed={self.seed}{extra}"

@@ -39,6 +39,10 @@ class Space:
     # Block sizes of the contract: 1, a non-power of two, the default, MAX_BLOCK_SIZE (cut to
     # what the provider declares). A third of the draws take one other than 64.
     block_sizes: tuple[int, ...] = (1, 24, 64, 128)
+    # Optional arguments (cut to what the provider declares): int64 offsets on a quarter of
+    # the draws, max_seq_len exact or larger on a quarter, each from its own stream.
+    offsets_dtypes: tuple[str, ...] = ("int32", "int64")
+    max_seq_lens: tuple[str, ...] = ("omitted", "exact", "larger")
 
 
 SPACES: dict[str, Space] = {
@@ -135,6 +139,8 @@ def case_specs(
         scale=draw(st.one_of(st.none(), st.sampled_from((0.05, 0.125, 0.5)))),
         rotate_v=draw(st.booleans()),
         block_size=draw(st.sampled_from(space.block_sizes)),
+        offsets_dtype=draw(st.sampled_from(space.offsets_dtypes)),
+        max_seq_len=draw(st.sampled_from(space.max_seq_lens)),
         source="fuzz",
     )
     if draw(st.booleans()):
@@ -153,6 +159,19 @@ def _block_size(space: Space, seed: int, i: int) -> int:
         return random.Random(f"{seed}:{i}:block_size").choice(other)
     r = random.Random(f"{seed}:{i}:block_size")
     return r.choice(other) if other and r.random() < 1 / 3 else 64
+
+
+def _options(space: Space, seed: int, i: int) -> dict[str, str]:
+    """The optional arguments of draw i, from their own stream (as `_block_size`)."""
+    r = random.Random(f"{seed}:{i}:options")
+    out = {}
+    if "int32" not in space.offsets_dtypes or ("int64" in space.offsets_dtypes
+                                               and r.random() < 1 / 4):  # fmt: skip
+        out["offsets_dtype"] = "int64"
+    given = [m for m in space.max_seq_lens if m != "omitted"]
+    if given and ("omitted" not in space.max_seq_lens or r.random() < 1 / 4):
+        out["max_seq_len"] = r.choice(given)
+    return out
 
 
 def sample_specs(space: Space, n: int, seed: int) -> list[CaseSpec]:
@@ -185,6 +204,9 @@ def sample_specs(space: Space, n: int, seed: int) -> list[CaseSpec]:
         bs = _block_size(space, seed, i)
         if bs != 64:
             common.update(block_size=bs, name=f"{common['name']}-bs{bs}")
+        for key, value in _options(space, seed, i).items():
+            tag = {"offsets_dtype": "off", "max_seq_len": "msl"}[key]
+            common.update({key: value, "name": f"{common['name']}-{tag}{value}"})
         if rng.random() < 0.5:
             pool = (*EDGE_LENGTHS, *space.long_lengths)
             lens = [

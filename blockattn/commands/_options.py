@@ -14,7 +14,8 @@ from blockattn.cases.plan import Selection
 from blockattn.names import DISTRIBUTIONS, DTYPE_ALIASES, DTYPE_NAMES, VARIANTS
 
 PROVIDER_HELP = (
-    "an outside kernel: [NAME=]MODULE:CALLABLE, a callable with block_attention's signature "
+    "a known provider by name (fa4, fa2, eager, ...) or an outside kernel: "
+    "[NAME=]MODULE:CALLABLE, a callable with block_attention's signature "
     "(repeatable; on run/gate the first is the one under test unless --under-test says "
     "otherwise); "
     "installed packages may also register providers under the entry-point group "
@@ -53,7 +54,7 @@ def dtype_name(text: str) -> str:
 
 
 def add_provider_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--provider", action="append", metavar="[NAME=]MODULE:CALLABLE",
+    p.add_argument("--provider", action="append", metavar="NAME|[NAME=]MODULE:CALLABLE",
                    help=PROVIDER_HELP)  # fmt: skip
 
 

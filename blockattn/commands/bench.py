@@ -91,7 +91,9 @@ def main(args: argparse.Namespace) -> int:
 
     outside: tuple[str, ...] = ()
     for name in registry.load_specs(args.provider):
-        outside += add_outside(registry.get(name))
+        prov = registry.get(name)
+        outside += (tuple(t.name for t in registry.timings_of(prov)) if prov.origin == "builtin"
+                    else add_outside(prov))  # fmt: skip
     providers = None
     if args.providers:
         providers = tuple(p.strip() for p in args.providers.split(",") if p.strip()) + outside

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import sys
 from pathlib import Path
 
 from blockattn.commands._options import add_provider_option, int_at_least
@@ -27,25 +28,36 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "this device)")  # fmt: skip
     p.add_argument("--repeats", type=int_at_least(2), default=None,
                    help="determinism repeats (default 20 on a GPU, 3 on the CPU interpreter)")
+    p.add_argument("--only", default=None, metavar="PROPERTY|PROBE",
+                   help="run one property (containment, layout, ...) or one probe "
+                        "(containment-last, layout-qkv-packed, ...): the replay of a violation")
     p.add_argument("--out", type=Path, default=None, help="write contract.json and contract.md")
 
 
-def replay_command(provider_spec: str | None, name: str, tol_path: str | None) -> str:
-    """The command that re-runs the battery for this provider alone."""
+def replay_command(provider_spec: str | None, name: str, tol_path: str | None,
+                   only: str | None = None) -> str:  # fmt: skip
+    """The command that re-runs the battery (or one probe of it) for this provider alone."""
     parts = ["blockattn", "contract"]
-    parts += ["--provider", provider_spec] if provider_spec else ["--under-test", name]
+    parts += ["--provider", provider_spec or name]
     if tol_path:
         parts += ["--tolerances", str(tol_path)]
+    if only:
+        parts += ["--only", only]
     return shlex.join(parts)
 
 
-def run_for(name: str, tol, device: str, tol_path: str | None, repeats: int | None = None):
-    """(checks, markdown, replay) of the battery for the registered provider `name`."""
+def run_for(name: str, tol, device: str, tol_path: str | None, repeats: int | None = None,
+            only: str | None = None):  # fmt: skip
+    """(checks, markdown, replay) of the battery for the registered provider `name`; every
+    failing check gets its own replay command (`Check.replay`)."""
     from blockattn import providers
     from blockattn.judge.contract import markdown, run_battery
 
     prov = providers.get(name)
-    checks = run_battery(prov, tol, device, repeats)
+    checks = run_battery(prov, tol, device, repeats, only)
+    for c in checks:
+        if c.status == "FAIL":
+            c.replay = replay_command(prov.spec, prov.name, tol_path, c.probe.split(" ")[0])
     replay = replay_command(prov.spec, prov.name, tol_path)
     return checks, markdown(checks, prov.name, replay), replay
 
@@ -67,9 +79,10 @@ def section(name: str | None, tol, device: str, skip: bool = False
         return None, (f"### Contract battery: not run (provider {name!r} is not loaded here: "
                       "pass it with --provider)"), []  # fmt: skip
     checks, md, replay = run_for(name, tol, device, str(tol.path))
-    bad = [f"contract violated: {c.prop} ({c.probe}): {c.detail}" for c in failures(checks)]
-    if bad:
-        bad = [*bad[:10], f"contract replay: {replay}"]
+    bad = [f"contract violated: {c.prop} ({c.probe}): {c.detail}  [replay: {c.replay}]"
+           for c in failures(checks)]  # fmt: skip
+    if len(bad) > 10:
+        bad = [*bad[:10], f"... {len(bad) - 10} more; the whole battery: {replay}"]
     return [c.to_dict() for c in checks], md, bad
 
 
@@ -81,7 +94,7 @@ def add_option(p: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     from blockattn import providers
     from blockattn.commands._options import load_tolerances
-    from blockattn.judge.contract import failures
+    from blockattn.judge.contract import failures, judged
     from blockattn.run import session
 
     device = session.setup_device()
@@ -89,11 +102,16 @@ def main(args: argparse.Namespace) -> int:
     name = args.under_test or (outside[0] if outside else "blockattn")
     providers.get(name)  # unknown -> ValueError naming it (exit 2)
     tol = load_tolerances(args, device)
-    checks, md, _ = run_for(name, tol, device, str(tol.path), args.repeats)
+    checks, md, _ = run_for(name, tol, device, str(tol.path), args.repeats, args.only)
     print(md)
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "contract.json").write_text(
             json.dumps([c.to_dict() for c in checks], indent=1) + "\n")
         (args.out / "contract.md").write_text(md + "\n")
-    return 1 if failures(checks) else 0
+    if failures(checks):
+        return 1
+    if not judged(checks):  # fail closed: a battery that called nothing vouches for nothing
+        print(f"error: the contract battery judged nothing for {name!r} here", file=sys.stderr)
+        return 1
+    return 0

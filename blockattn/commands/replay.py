@@ -50,6 +50,8 @@ def main(args: argparse.Namespace) -> int:
     # on this command overrides one of the same name); imported relative to the run's cwd.
     specs = dict(payload.get("provider_specs") or {}) if isinstance(payload, dict) else {}
     for s_ in args.provider or []:
+        if providers.is_bare(s_):
+            continue  # a known provider by name: nothing to re-create
         name, _mod, attr = providers.parse_spec(s_)
         specs[name or attr.rsplit(".", 1)[-1]] = s_
     run_cwd = payload.get("cwd") if isinstance(payload, dict) else None

@@ -83,6 +83,8 @@ def resolve_plan(args: argparse.Namespace, device: str):
     if outside:
         ut, provs = outside[0], [*outside, bl]
     ut = args.under_test or ut
+    if ut == bl and not args.baseline:  # `--provider fa2` on a GPU: judge it against eager
+        bl = next(p for p in ("eager", "fa2") if p != ut)
     bl = args.baseline or bl
     if args.providers:
         provs = [s.strip() for s in args.providers.split(",") if s.strip()]
@@ -154,6 +156,9 @@ def main(args: argparse.Namespace) -> int:
     device = session.setup_device()
     if args.resume and args.out is None:
         raise ValueError("--resume needs --out DIR: the directory of the run to continue")
+    if args.resume and not (Path(args.out) / "results.jsonl").is_file():
+        raise ValueError(f"--resume: {args.out} holds no run to continue (no results.jsonl); "
+                         "drop --resume to start a new run there")  # fmt: skip
     from blockattn.commands._options import load_tolerances
 
     tol = load_tolerances(args, device)
@@ -230,6 +235,11 @@ def main(args: argparse.Namespace) -> int:
     print(f"\nreport: {out}/summary.md  (plots: blockattn report {out})", file=sys.stderr)
     failed = any(not v.passed for v in verdicts)
     failed = failed or any(not c.get("passed", True) for c in checks or [])
+    if tol and not any(not v.skipped for v in verdicts):  # fail closed: nothing was judged
+        why = sorted({str(r["providers"].get(ut, {}).get("reason", "")) for r in records})
+        print(f"FAIL zero cases judged for {ut!r} ({len(records)} run, none supported here): "
+              f"{'; '.join(w for w in why[:2] if w)}", file=sys.stderr)  # fmt: skip
+        failed = True
     for line in contract_bad:
         print(f"FAIL {line}", file=sys.stderr)
     return 1 if failed or contract_bad else 0

@@ -36,7 +36,7 @@ from blockattn.cases import contract as C
 from blockattn.judge import metrics
 
 PROPERTIES = ("inputs-untouched", "output-contract", "containment", "layout", "block-size",
-              "degenerate", "determinism")  # fmt: skip
+              "option", "degenerate", "streams", "determinism")  # fmt: skip
 KEYS = ("O", "dQ", "dK", "dV")
 
 
@@ -46,10 +46,12 @@ class Check:
     probe: str
     status: str  # "pass" | "FAIL" | "unsupported" | "measured"
     detail: str = ""
+    replay: str = ""  # the command re-running this probe alone (failing checks)
 
     def to_dict(self) -> dict[str, str]:
-        return {"property": self.prop, "probe": self.probe, "status": self.status,
-                "detail": self.detail}  # fmt: skip
+        d = {"property": self.prop, "probe": self.probe, "status": self.status,
+             "detail": self.detail}  # fmt: skip
+        return {**d, "replay": self.replay} if self.replay else d
 
 
 def _bits(t: Tensor) -> Tensor:
@@ -62,10 +64,20 @@ def _call(fn, p: C.Probe) -> dict[str, Tensor]:
     # detach() keeps the view's strides and storage offset: the kernel gets the probe's own
     # memory layout, as autograd leaves aliasing the probe's buffers.
     leaves = [x.detach().requires_grad_(True) for x in (p.q, p.k, p.v)]
-    o = fn(*leaves, p.offsets, block_size=p.block_size, scale=p.scale, sinu_pos=p.sinu_pos,
-           rotate_v=p.rotate_v)  # fmt: skip
+    args, offsets = leaves, p.offsets
+    if p.nested:  # differentiable views of the leaves; offsets travel inside the tensors
+        args = [torch.nested.nested_tensor_from_jagged(x, p.offsets.to(torch.int64))
+                for x in leaves]  # fmt: skip
+        offsets = None
+    kw = {} if p.max_seq_len is None else {"max_seq_len": p.max_seq_len}
+    o = fn(*args, offsets, block_size=p.block_size, scale=p.scale, sinu_pos=p.sinu_pos,
+           rotate_v=p.rotate_v, **kw)  # fmt: skip
     if not isinstance(o, Tensor):
         raise TypeError(f"returned {type(o).__name__}, expected a Tensor")
+    if p.nested:
+        if not o.is_nested:
+            raise TypeError("nested input, but the output is not a nested tensor")
+        o = o.values()
     if o.numel() == 0 or not o.requires_grad:
         grads: list[Tensor | None] = [None, None, None]
         if o.numel() and not o.requires_grad:
@@ -96,8 +108,9 @@ def _storages(p: C.Probe) -> list[tuple[int, int]]:
 class Battery:
     """Runs the probes on one provider's kernel callable and collects `Check`s."""
 
-    def __init__(self, prov: Any, tol: Any, device: str, repeats: int | None = None) -> None:
-        self.prov, self.tol, self.device = prov, tol, device
+    def __init__(self, prov: Any, tol: Any, device: str, repeats: int | None = None,
+                 only: str | None = None) -> None:  # fmt: skip
+        self.prov, self.tol, self.device, self.only = prov, tol, device, only
         sup = prov.supports
         self.dtype_name = next((d for d in ("bfloat16", "float16", "float32")
                                 if d in sup.dtypes), sup.dtypes[0])  # fmt: skip
@@ -114,6 +127,11 @@ class Battery:
                 self.max_violations = int(rule.get("max_violations", 0))
 
     # ------------------------------------------------------------------ helpers
+
+    def wanted(self, prop: str, name: str) -> bool:
+        """`--only`: a property or a probe name (or its prefix); None runs every probe."""
+        o = self.only
+        return o is None or o == prop or name == o or name.startswith(o + "-") or o == "all"
 
     def add(self, prop: str, probe: str, ok: bool | None, detail: str = "") -> None:
         status = "measured" if ok is None else ("pass" if ok else "FAIL")
@@ -202,8 +220,10 @@ class Battery:
 
     # ------------------------------------------------------------------ properties
 
-    def numeric(self, p: C.Probe, layout: str = "padded") -> None:
-        why = self._refusal(p, layout)
+    def numeric(self, p: C.Probe, layout: str = "padded", declared: str | None = None) -> None:
+        if not self.wanted(p.prop, p.name):
+            return
+        why = declared or self._refusal(p, layout)
         if why is not None:
             self.checks.append(Check(p.prop, p.name, "unsupported", why))
             return
@@ -213,15 +233,18 @@ class Battery:
         out = self.run_probe(p)
         if out is not None:
             why = self.judge_numbers(pristine, out)
-            self.add(p.prop, p.name, not why, why)
+            self.add(p.prop, p.name, not why, why or p.note)
 
     def containment(self, clean_t: dict[str, Any]) -> None:
+        probes = [p for p in C.containment_probes(clean_t) if self.wanted(p.prop, p.name)]
+        if not probes:
+            return
         clean_p = C.layout_probe(clean_t, "padded")
         clean = self.run_probe(replace(clean_p, name="containment-clean", prop="containment"))
         if clean is None:
             return
         det = self.prov.supports.deterministic
-        for p in C.containment_probes(clean_t):
+        for p in probes:
             out = self.run_probe(p)
             if out is None:
                 continue
@@ -240,9 +263,54 @@ class Battery:
                                "bitwise from the clean run")  # fmt: skip
                 elif not det and not torch.allclose(x.float(), y.float(), **_tol(x.dtype)):
                     why.append(f"{key}: outside the poisoned sequence, differs from the clean run")
-            self.add("containment", p.name, not why, "; ".join(why))
+            self.add("containment", p.name, not why, "; ".join(why) + f" [{p.note}]" if why
+                     else p.note)  # fmt: skip
+
+    def streams(self, clean_t: dict[str, Any]) -> None:
+        """GPU: the inputs are written on a side stream behind a sleep, and the kernel is called
+        on that stream with no synchronisation first. A kernel that launches on another stream
+        (or reads its inputs before the stream's earlier work is done) sees the stale NaN."""
+        if self.device != "cuda" or not self.wanted("streams", "streams"):
+            return
+        clean = self.run_probe(replace(C.layout_probe(clean_t, "padded"), name="streams-clean",
+                                       prop="streams"))  # fmt: skip
+        if clean is None:
+            return
+        p = replace(C.layout_probe(clean_t, "padded"), name="streams", prop="streams",
+                    offsets=clean_t["offsets"].clone())  # its own: zeroed below  # fmt: skip
+        # what the side stream will write, copied aside now; the probe's buffers go stale (NaN)
+        src = {n: b.clone() for n, b in p.buffers.items()}
+        offs = p.offsets.clone()
+        for b in p.buffers.values():
+            b.fill_(float("nan"))
+        p.offsets.zero_()
+        torch.cuda.synchronize()
+        side = torch.cuda.Stream()
+        with torch.cuda.stream(side):
+            torch.cuda._sleep(50_000_000)  # ~tens of ms of GPU time before the writes land
+            for n, b in p.buffers.items():
+                b.copy_(src[n], non_blocking=True)
+            p.offsets.copy_(offs, non_blocking=True)
+            try:
+                out = _call(self.prov.kernel, p)
+            except Exception as exc:
+                self.add("streams", p.name, False, f"raised {type(exc).__name__}: {exc}"[:200])
+                return
+        torch.cuda.synchronize()
+        det = self.prov.supports.deterministic
+        why = []
+        for key in KEYS:
+            x, y = out[key], clean[key]
+            if det and not torch.equal(_bits(x), _bits(y)):
+                why.append(f"{key}: {int((_bits(x) != _bits(y)).sum())} elements differ bitwise "
+                           "from the run on the default stream")  # fmt: skip
+            elif not det and not torch.allclose(x.float(), y.float(), **_tol(x.dtype)):
+                why.append(f"{key}: differs from the run on the default stream")
+        self.add("streams", p.name, not why, "; ".join(why))
 
     def determinism(self) -> None:
+        if not self.wanted("determinism", "determinism"):
+            return
         sms = 0
         if self.device == "cuda":
             sms = torch.cuda.get_device_properties(0).multi_processor_count
@@ -270,21 +338,32 @@ class Battery:
                                      f"{self.prov.name} has no kernel callable to call directly"))
             return self.checks
         t = C.base(self.dtype, self.D, self.device)
+        why = self._refusal(C.layout_probe(t, "padded"))
+        if why is not None:  # not installed, another device or architecture: nothing to call
+            self.checks.append(Check("all", "-", "unsupported", why))
+            return self.checks
+        sup = self.prov.supports
         for layout in C.LAYOUTS:
             if layout == "sinu-strided":
                 continue
             self.numeric(C.layout_probe(t, layout), layout)
-        if self.prov.supports.rotary:
+        if sup.rotary:
             tr = C.base(self.dtype, self.D, self.device, rotary=True)
             self.numeric(C.layout_probe(tr, "sinu-strided"), "sinu-strided")
         # 64 is the "padded" layout probe above
-        sizes = [bs for bs in self.prov.supports.block_sizes or C.BLOCK_SIZES_ANY if bs != 64]
+        sizes = [bs for bs in sup.block_sizes or C.BLOCK_SIZES_ANY if bs != 64]
         for p in C.block_size_probes(t, tuple(sizes)):
             self.numeric(p)
+        for p, why in C.option_probes(t, sup.offsets_dtypes, sup.max_seq_len, sup.nested):
+            self.numeric(p, declared=why)
         for p in C.degenerate_probes(self.dtype, self.D, self.device):
             self.numeric(p)
         self.containment(t)
+        self.streams(t)
         self.determinism()
+        if self.only is not None and not self.checks:
+            raise ValueError(f"--only {self.only!r} matches no probe or property of the battery "
+                             f"(properties: {', '.join(PROPERTIES)})")  # fmt: skip
         return self.checks
 
 
@@ -294,21 +373,31 @@ def _tol(dtype: torch.dtype) -> dict[str, float]:
             "atol": 1e-5}}.get(dtype, {"rtol": 1.3e-6, "atol": 1e-5})  # fmt: skip
 
 
-def run_battery(prov: Any, tol: Any, device: str, repeats: int | None = None) -> list[Check]:
-    """Every check of the battery for `prov` (a `blockattn.providers.Provider`)."""
-    return Battery(prov, tol, device, repeats).run()
+def run_battery(prov: Any, tol: Any, device: str, repeats: int | None = None,
+                only: str | None = None) -> list[Check]:  # fmt: skip
+    """Every check of the battery for `prov` (a `blockattn.providers.Provider`); `only` keeps
+    one property or probe (the replay of a violation)."""
+    return Battery(prov, tol, device, repeats, only).run()
 
 
 def failures(checks: list[Check]) -> list[Check]:
     return [c for c in checks if c.status == "FAIL"]
 
 
+def judged(checks: list[Check]) -> bool:
+    """Whether the battery judged anything (a provider unavailable here has only unsupported)."""
+    return any(c.status in ("pass", "FAIL") for c in checks)
+
+
 def markdown(checks: list[Check], provider: str, replay: str | None = None) -> str:
     """The battery's section of a summary: one row per property, then every failing check."""
     fails = failures(checks)
-    head = "❌" if fails else "✅"
-    lines = [f"### Contract battery for `{provider}`: {head} {len(fails)} violation(s) in "
-             f"{len(checks)} checks", "", "| property | pass | FAIL | unsupported | measured |",
+    if not judged(checks):
+        title = "⚠️ nothing judged (every check unsupported; see below)"
+    else:
+        title = f"{'❌' if fails else '✅'} {len(fails)} violation(s) in {len(checks)} checks"
+    lines = [f"### Contract battery for `{provider}`: {title}", "",
+             "| property | pass | FAIL | unsupported | measured |",
              "|---|---:|---:|---:|---:|"]  # fmt: skip
     for prop in (*PROPERTIES, "all"):
         mine = [c for c in checks if c.prop == prop]
@@ -319,9 +408,11 @@ def markdown(checks: list[Check], provider: str, replay: str | None = None) -> s
                          f"{n['measured']} |")  # fmt: skip
     for c in fails[:40]:
         lines.append(f"- ❌ contract violated: {c.prop} ({c.probe}): {c.detail}")
+        if c.replay:
+            lines.append(f"  - replay: `{c.replay}`")
     for c in checks:
         if c.status in ("measured", "unsupported") and c.detail:
             lines.append(f"- {c.status}: {c.prop} ({c.probe}): {c.detail}")
     if fails and replay:
-        lines.append(f"- replay: `{replay}`")
+        lines.append(f"- the whole battery: `{replay}`")
     return "\n".join(lines)

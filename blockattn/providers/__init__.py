@@ -10,6 +10,7 @@ outside kernel is timed through its attention callable (`timings_of`).
 Where providers come from:
 * built-ins: every public module of this package (NAME, ROLE, run, optional ACCURACY_MODEL,
   SUPPORTS): `blockattn`, `fa2`, `eager`, `flex`, `tlx`;
+* `--provider NAME` on every command puts a known provider under test (`--provider fa4`);
 * outside kernels: `--provider [NAME=]MODULE:CALLABLE` on every command (`load_spec`), the
   entry-point group `blockattn.providers` of installed packages (loaded by name, on demand),
   or `register()` at runtime. The callable has `blockattn.block_attention`'s signature,
@@ -139,8 +140,21 @@ def parse_spec(spec: str) -> tuple[str | None, str, str]:
     return (name or None), mod, attr
 
 
+def is_bare(spec: str) -> bool:
+    """A `--provider` value that names a known provider (`fa4`, `fa2`) rather than a callable."""
+    return ":" not in spec and "=" not in spec
+
+
 def load_spec(spec: str) -> Provider:
-    """Import `[NAME=]MODULE:CALLABLE`, wrap it as a provider and register it (by NAME)."""
+    """Import `[NAME=]MODULE:CALLABLE`, wrap it as a provider and register it (by NAME); a bare
+    name (`--provider fa4`) is the built-in, registered or entry-point provider of that name."""
+    if is_bare(spec):
+        try:
+            return get(spec)
+        except ValueError:
+            known = sorted({**all_providers(), **entry_points()})
+            raise ValueError(f"--provider {spec!r}: not a known provider ({', '.join(known)}); "
+                             "an outside kernel: expected [NAME=]MODULE:CALLABLE") from None
     name, mod_name, attr = parse_spec(spec)
     # An outside kernel usually lives in the user's own repo: import it from the working dir.
     cwd = str(Path.cwd())
@@ -221,6 +235,7 @@ __all__ = [
     "all_providers",
     "entry_points",
     "get",
+    "is_bare",
     "kernel",
     "load_spec",
     "load_specs",

@@ -44,16 +44,30 @@ class Supports:
     # Memory layouts of q, k, v, grad_out, sinu_pos it takes (None: any view with unit stride
     # along D; names in blockattn.cases.contract.LAYOUTS); others are "unsupported (declared)".
     layouts: tuple[str, ...] | None = None
+    # Optional arguments of the kernel callable beyond the required signature (the contract
+    # battery probes each declared one): offsets dtypes it takes, a `max_seq_len=` keyword
+    # (exact or larger than the longest sequence), torch.nested jagged q, k, v with offsets None.
+    offsets_dtypes: tuple[str, ...] = ("int32",)
+    max_seq_len: bool = False
+    nested: bool = False
+    # Why the provider cannot run in this environment at all (e.g. its package is not
+    # installed): every case is then "unsupported (declared)" with this reason.
+    unavailable: str | None = None
 
     def __post_init__(self) -> None:
         bad = set(self.dtypes) - set(ALL_DTYPES)
         if bad:
             raise ValueError(f"Supports.dtypes: unknown {sorted(bad)} (known {ALL_DTYPES})")
+        if set(self.offsets_dtypes) - {"int32", "int64"} or not self.offsets_dtypes:
+            raise ValueError(f"Supports.offsets_dtypes: int32 and/or int64, got "
+                             f"{self.offsets_dtypes}")  # fmt: skip
         if set(self.devices) - {"cpu", "cuda"}:
             raise ValueError(f"Supports.devices: only 'cpu' and 'cuda', got {self.devices}")
 
     def refusal(self, spec: Any, device: str, arch: str, block_size: int = 64) -> str | None:
         """Why this provider declared it does not run `spec` here (None: it declared it does)."""
+        if self.unavailable is not None:
+            return self.unavailable
         if device not in self.devices:
             return f"declared devices {list(self.devices)}, this is {device}"
         if self.archs is not None and arch not in self.archs:
@@ -64,6 +78,11 @@ class Supports:
             return f"declared head dims {list(self.head_dims)}, case has D={spec.D}"
         if self.block_sizes is not None and block_size not in self.block_sizes:
             return f"declared block sizes {list(self.block_sizes)}, case uses {block_size}"
+        odt = getattr(spec, "offsets_dtype", "int32")
+        if odt not in self.offsets_dtypes:
+            return f"declared offsets dtypes {list(self.offsets_dtypes)}, case uses {odt}"
+        if getattr(spec, "max_seq_len", "omitted") != "omitted" and not self.max_seq_len:
+            return "declared no max_seq_len argument"
         if spec.variant in ("rotary", "projection") and not self.rotary:
             return "declared no rotary"
         if spec.variant in ("rotary", "projection") and spec.rotate_v not in self.rotate_v:

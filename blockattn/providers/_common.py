@@ -148,7 +148,8 @@ def kernel_from(attention):
     `attention(q, k, v, offsets, scale, block)`: rotary applied outside in the input dtype (as
     `run_autograd` does), called on the caller's tensors (the contract battery)."""
 
-    def kernel(q, k, v, offsets, *, block_size, scale, sinu_pos, rotate_v):
+    def kernel(q, k, v, offsets, *, block_size, scale, sinu_pos, rotate_v, max_seq_len=None):
+        del max_seq_len  # a hint for kernels that size grids by it; the baselines need none
         if sinu_pos is not None:
             q, k = rotary(q, sinu_pos), rotary(k, sinu_pos)
             if rotate_v:

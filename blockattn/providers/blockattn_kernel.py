@@ -17,15 +17,18 @@ ROLE = "kernel"
 ACCURACY_MODEL = "fp32-split-operands"
 # bf16/fp16 (production) and fp32 (the reference path); the kernels reject GQA and other head dims
 # block_size 1..128; no atomics, one program per tile: bitwise deterministic
-SUPPORTS = Supports(head_dims=(64, 128), gqa=False, deterministic=True)
+# the op takes int32/int64 offsets, max_seq_len and torch.nested jagged tensors
+SUPPORTS = Supports(head_dims=(64, 128), gqa=False, deterministic=True,
+                    offsets_dtypes=("int32", "int64"), max_seq_len=True, nested=True)  # fmt: skip
 
 
-def KERNEL(q, k, v, offsets, *, block_size, scale, sinu_pos, rotate_v):
+def KERNEL(q, k, v, offsets, *, block_size, scale, sinu_pos, rotate_v, max_seq_len=None):
     """The public op itself, called on the caller's tensors (the contract battery)."""
     import blockattn  # lazy: TRITON_INTERPRET must be set before the kernels are imported
 
     return blockattn.block_attention(q, k, v, offsets, block_size=block_size, scale=scale,
-                                     sinu_pos=sinu_pos, rotate_v=rotate_v)  # fmt: skip
+                                     sinu_pos=sinu_pos, rotate_v=rotate_v,
+                                     max_seq_len=max_seq_len)  # fmt: skip
 
 
 def run(inputs, variant: str) -> dict[str, torch.Tensor]:
@@ -51,6 +54,7 @@ def run(inputs, variant: str) -> dict[str, torch.Tensor]:
             block_size=spec.block_size,
             scale=spec.scale,
             rotate_v=spec.rotate_v,
+            max_seq_len=inputs.max_seq_len,
         )
         dx, dw, db = torch.autograd.grad(o, (x, w, b), inputs.grad_out)
         return {"O": o.detach(), "dX": dx, "dW": dw, "dbias": db}
@@ -66,6 +70,7 @@ def run(inputs, variant: str) -> dict[str, torch.Tensor]:
         scale=spec.scale,
         sinu_pos=inputs.sinu_pos if variant == "rotary" else None,
         rotate_v=spec.rotate_v,
+        max_seq_len=inputs.max_seq_len,
     )
     dq, dk, dv = torch.autograd.grad(o, (q, k, v), inputs.grad_out)
     return {"O": o.detach(), "dQ": dq, "dK": dk, "dV": dv}

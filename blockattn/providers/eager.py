@@ -18,7 +18,8 @@ NAME = "eager"
 ROLE = "baseline"
 # every op's output rounded to the input dtype (softmax internally in FP32)
 ACCURACY_MODEL = "eager-input-dtype"
-SUPPORTS = Supports(gqa=True)  # plain PyTorch: any dtype, head dim and device; GQA by repeat
+# plain PyTorch: any dtype, head dim, device and offsets dtype; GQA by repeat
+SUPPORTS = Supports(gqa=True, offsets_dtypes=("int32", "int64"), max_seq_len=True)
 
 
 def run(inputs, variant: str) -> dict[str, torch.Tensor]:

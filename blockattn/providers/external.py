@@ -99,9 +99,11 @@ def _runner(fn: Callable, proj: Callable | None, name: str) -> Callable:
             return {"O": o.detach(), "dX": _z(dx, x), "dW": _z(dw, w), "dbias": _z(db, b)}
         q, k, v = (t.detach().clone().requires_grad_(True)
                    for t in (inputs.q, inputs.k, inputs.v))  # fmt: skip
+        msl = inputs.max_seq_len  # only on a spec the kernel declared it for (Supports)
+        kw = {} if msl is None else {"max_seq_len": msl}
         o = fn(q, k, v, inputs.offsets, block_size=spec.block_size, scale=scale,
                sinu_pos=inputs.sinu_pos if variant == "rotary" else None,
-               rotate_v=spec.rotate_v)  # fmt: skip
+               rotate_v=spec.rotate_v, **kw)  # fmt: skip
         o = _check_out(o, q, name)
         dq, dk, dv = torch.autograd.grad(o, (q, k, v), inputs.grad_out, allow_unused=True)
         return {"O": o.detach(), "dQ": _z(dq, q), "dK": _z(dk, k), "dV": _z(dv, v)}

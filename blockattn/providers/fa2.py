@@ -27,7 +27,8 @@ ROLE = "baseline"
 # FA v2: P and dS rounded to the input dtype before their GEMMs, Di from the stored O
 ACCURACY_MODEL = "fa2-rounded-p-ds"
 # aten's flash kernels: CUDA, 16-bit only; rotary/projection outside (GQA by repeat)
-SUPPORTS = Supports(dtypes=("bfloat16", "float16"), devices=("cuda",), gqa=True)
+SUPPORTS = Supports(dtypes=("bfloat16", "float16"), devices=("cuda",), gqa=True,
+                    offsets_dtypes=("int32", "int64"), max_seq_len=True)  # fmt: skip
 
 
 def active_flash_impl() -> str | None:

@@ -7,6 +7,7 @@ the outputs go to the judge (`blockattn.judge.evaluate`), which owns every metri
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import time
 import traceback
@@ -39,16 +40,28 @@ def default_providers(device: str) -> tuple[str, str, list[str]]:
     return "blockattn", "eager", ["blockattn", "eager"]
 
 
-def git_commit() -> str:
+def git_commit(short: bool = True) -> str:
+    """The commit of blockattn's own source, else "unknown".
+
+    `BLOCKATTN_GIT_COMMIT` when set (a copy without its .git, e.g. on a device machine); else
+    HEAD of the git checkout whose top level is the package's own parent directory. A package
+    installed or copied inside another repository (site-packages in a project's venv, a vendored
+    copy) is not that repository's commit: "unknown".
+    """
+    env = os.environ.get("BLOCKATTN_GIT_COMMIT", "").strip()
+    if env and env != "unknown":
+        return env[:10] if short and re.fullmatch(r"[0-9a-f]{40}", env) else env
+    root = Path(__file__).resolve().parents[2]  # blockattn/run/execute.py -> the checkout
+
+    def git(*a: str) -> str:
+        return subprocess.run(["git", *a], capture_output=True, text=True, check=True,
+                              cwd=root, timeout=10).stdout.strip()  # fmt: skip
+
     try:
-        return subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-            cwd=Path(__file__).resolve().parent,
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
+        if Path(git("rev-parse", "--show-toplevel")).resolve() != root:
+            return "unknown"
+        return git("rev-parse", *(["--short"] if short else []), "HEAD")
+    except (OSError, subprocess.SubprocessError):
         return "unknown"
 
 

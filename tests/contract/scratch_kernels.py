@@ -91,3 +91,58 @@ def declares_refusals(q, k, v, offsets, *, block_size, scale, sinu_pos, rotate_v
     if block_size != 64 or any(t.stride(0) != t.shape[1] * t.shape[2] for t in (q, k, v)):
         raise ValueError("only block_size 64 and head-packed q, k, v")
     return _ba(q, k, v, offsets, block_size, scale, sinu_pos, rotate_v)
+
+
+_OPTS = dict(dtypes=("bfloat16",), head_dims=(64,), offsets_dtypes=("int32", "int64"),
+             max_seq_len=True, nested=True)
+
+
+def _with_options(q, k, v, offsets, max_seq_len, cut, **kw):
+    if q.is_nested:
+        return blockattn.block_attention(q, k, v, None, max_seq_len=max_seq_len, **kw)
+    o = blockattn.block_attention(q, k, v, offsets, max_seq_len=max_seq_len, **kw)
+    if cut and max_seq_len is not None:
+        # sizes its grid with max_seq_len // block_size: a last partial block is never computed
+        nfull = max_seq_len // kw["block_size"] * kw["block_size"]
+        pos = torch.arange(q.shape[0], device=q.device)
+        off = offsets.to(torch.int64)
+        seq = torch.searchsorted(off[1:], pos, right=True)
+        keep = (pos - off[seq]) < nfull
+        o = torch.where(keep[:, None, None], o, torch.zeros_like(o))
+    return o
+
+
+@kernel(supports=Supports(**_OPTS))
+def with_options(q, k, v, offsets, *, block_size, scale, sinu_pos, rotate_v, max_seq_len=None):
+    """Declares int64 offsets, max_seq_len and nested input, and takes them faithfully."""
+    return _with_options(q, k, v, offsets, max_seq_len, False, block_size=block_size,
+                         scale=scale, sinu_pos=sinu_pos, rotate_v=rotate_v)
+
+
+@kernel(supports=Supports(**_OPTS))
+def floors_max_seq_len(q, k, v, offsets, *, block_size, scale, sinu_pos, rotate_v,
+                       max_seq_len=None):
+    return _with_options(q, k, v, offsets, max_seq_len, True, block_size=block_size,
+                         scale=scale, sinu_pos=sinu_pos, rotate_v=rotate_v)
+
+
+@kernel(supports=Supports(**_OPTS))
+def int32_only(q, k, v, offsets, *, block_size, scale, sinu_pos, rotate_v, max_seq_len=None):
+    """Declares int64 offsets but reads them as int32 words (the low half of each)."""
+    if offsets is not None and offsets.dtype == torch.int64:
+        offsets = offsets.view(torch.int32)[: offsets.numel()]
+        offsets = torch.cat((offsets[:-1], offsets.new_tensor([q.shape[0]])))
+    return _with_options(q, k, v, offsets, max_seq_len, False, block_size=block_size,
+                         scale=scale, sinu_pos=sinu_pos, rotate_v=rotate_v)
+
+
+@kernel(supports=Supports(dtypes=("bfloat16",), head_dims=(64,)))
+def own_stream(q, k, v, offsets, *, block_size, scale, sinu_pos, rotate_v):
+    """Launches on a stream of its own without waiting for the caller's (a GPU bug)."""
+    if not q.is_cuda:
+        return _ba(q, k, v, offsets, block_size, scale, sinu_pos, rotate_v)
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        o = _ba(q, k, v, offsets.cpu().to(q.device), block_size, scale, sinu_pos, rotate_v)
+    torch.cuda.current_stream().wait_stream(s)
+    return o

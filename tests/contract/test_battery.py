@@ -69,8 +69,10 @@ def test_the_faithful_kernel_and_blockattn_pass_every_property(scratch: Path, to
         checks = run_battery(prov, tol, DEV)
         assert not failures(checks), markdown(checks, prov.name)
         props = {c.prop for c in checks if c.status in ("pass", "measured")}
-        assert props == {"inputs-untouched", "output-contract", "containment", "layout",
-                         "block-size", "degenerate", "determinism"}, props
+        want = {"inputs-untouched", "output-contract", "containment", "layout", "block-size",
+                "degenerate", "determinism"} | ({"streams"} if DEV == "cuda" else set())
+        # blockattn declares int64 offsets, max_seq_len and nested input; faithful none of them
+        assert props == want | ({"option"} if prov.name == "blockattn" else set()), props
     # blockattn declares determinism: required, and it holds
     det = [c for c in checks if c.prop == "determinism"]
     assert [c.status for c in det] == ["pass"]
@@ -173,4 +175,56 @@ def test_gate_fails_each_broken_promise_and_passes_the_faithful_kernel(
     else:
         assert rc == 1, out[-3000:]
         assert f"contract violated: {promise} (" in out
-        assert "contract replay: blockattn contract --provider" in out
+        # each violation names its own replay: the battery for this kernel, that probe only
+        assert f"replay: blockattn contract --provider faithful=scratch_kernels:{kernel}" \
+            not in out  # the replay keeps the kernel's own name
+        assert f"replay: blockattn contract --provider {kernel}=scratch_kernels:{kernel}" in out
+        assert " --only " in out
+
+
+def _options(name: str, tol) -> list:
+    b = _battery(name, tol)
+    for p, why in C.option_probes(_t(), b.prov.supports.offsets_dtypes,
+                                  b.prov.supports.max_seq_len, b.prov.supports.nested):
+        b.numeric(p, declared=why)
+    return b.checks
+
+
+def test_declared_options_are_probed_and_undeclared_ones_are_unsupported(scratch, tol) -> None:
+    checks = [c for c in _options("with_options", tol) if c.prop == "option"]
+    assert {c.probe: c.status for c in checks} == {
+        "option-offsets-int64": "pass", "option-max-seq-len-exact": "pass",
+        "option-max-seq-len-larger": "pass", "option-nested": "pass"}, checks
+    checks = [c for c in _options("faithful", tol) if c.prop == "option"]
+    assert {c.status for c in checks} == {"unsupported"}
+    assert any("declared no max_seq_len" in c.detail for c in checks)
+
+
+def test_a_grid_sized_by_max_seq_len_floor_fails_the_option(scratch, tol) -> None:
+    bad = {c.probe: c.detail for c in failures(_options("floors_max_seq_len", tol))}
+    assert "option-max-seq-len-exact" in bad, bad  # 66 // 64: the partial block is lost
+    assert "beyond the" in bad["option-max-seq-len-exact"]
+    assert "option-nested" not in bad and "option-offsets-int64" not in bad
+
+
+def test_int64_offsets_read_as_int32_fail_the_option(scratch, tol) -> None:
+    bad = {c.probe: c.detail for c in failures(_options("int32_only", tol))}
+    assert list(bad) == ["option-offsets-int64"], bad
+
+
+def test_only_runs_one_probe_and_refuses_an_unknown_name(scratch, tol) -> None:
+    checks = run_battery(_load("leaky"), tol, DEV, only="containment-last")
+    assert {c.probe for c in checks} == {"containment-clean", "containment-last"}
+    assert [c.prop for c in failures(checks)] == ["containment"]
+    with pytest.raises(ValueError, match="matches no probe"):
+        run_battery(_load("leaky"), tol, DEV, only="no-such-probe")
+
+
+@pytest.mark.skipif(DEV != "cuda", reason="streams are a GPU property")
+def test_a_kernel_on_its_own_stream_fails_streams(scratch, tol) -> None:
+    b = _battery("own_stream", tol)
+    b.streams(_t())
+    assert _fails(b, "streams"), b.checks
+    b = _battery("faithful", tol)
+    b.streams(_t())
+    assert not failures(b.checks) and [c.prop for c in b.checks if c.status == "pass"]

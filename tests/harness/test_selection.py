@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from blockattn import cli, providers
 from blockattn.cases import plan, strategies
@@ -225,7 +226,9 @@ def test_gate_over_an_outside_kernel_runs_only_it_and_its_baseline_and_regates(
                 "--tolerances", TOL]
         assert cli.main(["gate", "--provider", "okern:clean", "--out", str(out), *argv]) == 0
         rec = json.loads((out / "results.jsonl").read_text().splitlines()[0])
-        assert list(rec["providers"]) == ["clean", "eager"]  # not the built-in kernel too
+        # not the built-in kernel too: the kernel and this device's baseline only
+        baseline = "fa2" if torch.cuda.is_available() else "eager"
+        assert list(rec["providers"]) == ["clean", baseline]
         providers.unregister("clean")  # a later gate over the report needs no --provider:
         capsys.readouterr()  # the records say which kernel ran and how it declared itself
         assert cli.main(["gate", "--report", str(out), "--tolerances", TOL, "--no-contract"]) == 0
