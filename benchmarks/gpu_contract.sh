@@ -9,7 +9,9 @@
 #            second of each pair has a warm Triton cache); a bench of blockattn, fa2 and fa4
 #   phase c: the GPU test tier; the false-alarm run (20 seeds, every distribution)
 #   phase d: every mutant against the H100 baseline
-# Usage: bash benchmarks/gpu_contract.sh a|b|c|d OUTDIR [COMMIT]
+#   phase e (after phase a): FA4 again; the bench with fa4 among the core providers; the GPU
+#            tests fixed after phase c (the streams probe's cleanup, the plugin's counts)
+# Usage: bash benchmarks/gpu_contract.sh a|b|c|d|e OUTDIR [COMMIT]
 # How the FA4 wheels were fetched and split: results/h100_2026-11-25/README.md.
 set -uo pipefail
 phase=$1
@@ -23,7 +25,7 @@ if [ "$phase" = a ]; then
 fi
 source "$(dirname "$0")/gpu_steps.sh"  # step NAME CMD..., env.log
 step install python3 -m pip install -q --no-deps --no-build-isolation -e .
-if [ "$phase" = b ]; then
+if [ "$phase" = b ] || [ "$phase" = e ]; then
   cp .gpu/fa4b/* /tmp/stash/
   cat /tmp/stash/cu13.part.* > /tmp/stash/nvidia_cutlass_dsl_libs_cu13-4.8.1-cp312-cp312-manylinux_2_28_x86_64.whl
   rm -f /tmp/stash/cu13.part.*
@@ -33,6 +35,15 @@ if [ "$phase" = b ]; then
   step fa4_install python3 -m pip install -q --no-deps --target /tmp/site /tmp/stash/*.whl
   export PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages
   step fa4_import python3 -c "import importlib.metadata as m, flash_attn.cute; print('flash-attn-4', m.version('flash-attn-4'), 'cutlass-dsl', m.version('nvidia-cutlass-dsl'))"
+fi
+if [ "$phase" = e ]; then
+  step contract_fa4 timeout 150 python3 -m blockattn contract --provider fa4 --tolerances v5 \
+    --out "$r/contract_fa4"
+  step bench timeout 200 python3 -m blockattn bench --providers blockattn,fa2,fa4 \
+    --out "$r/bench" --no-sweeps --time-budget-s 180 --gpu-kind nvidia-h100-x1
+  step pytest_fixed timeout 200 python3 -m pytest -n 8 -q -p no:cacheprovider tests/contract \
+    tests/plugin tests/harness/test_selection.py tests/harness/test_provenance.py
+elif [ "$phase" = b ]; then
   for p in blockattn fa2 eager fa4; do
     step "contract_$p" timeout 150 python3 -m blockattn contract --provider "$p" \
       --tolerances v5 --out "$r/contract_$p"

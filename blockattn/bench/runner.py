@@ -35,7 +35,7 @@ from blockattn.providers import Unsupported
 from blockattn.providers.fa2 import flash_info
 
 PASSES = ("fwd", "bwd", "fwdbwd")
-CORE = ("blockattn", "blockattn_rotary", "fa2", "fa2_rotary_eager", "fa2_rotary_compiled")
+CORE = ("blockattn", "blockattn_rotary", "fa2", "fa2_rotary_eager", "fa2_rotary_compiled", "fa4")
 SWEEP = ("blockattn", "blockattn_rotary", "fa2", "fa2_rotary_eager")
 # Extras and the remaining budget (s) each needs before it is started (compile time dominates).
 EXTRAS = {"eager": 15.0, "sdpa_cudnn": 15.0, "flex": 75.0}

@@ -286,17 +286,20 @@ class Battery:
         p.offsets.zero_()
         torch.cuda.synchronize()
         side = torch.cuda.Stream()
-        with torch.cuda.stream(side):
-            torch.cuda._sleep(50_000_000)  # ~tens of ms of GPU time before the writes land
-            for n, b in p.buffers.items():
-                b.copy_(src[n], non_blocking=True)
-            p.offsets.copy_(offs, non_blocking=True)
-            try:
+        try:
+            with torch.cuda.stream(side):
+                torch.cuda._sleep(50_000_000)  # ~tens of ms of GPU time before the writes land
+                for n, b in p.buffers.items():
+                    b.copy_(src[n], non_blocking=True)
+                p.offsets.copy_(offs, non_blocking=True)
                 out = _call(self.prov.kernel, p)
-            except Exception as exc:
-                self.add("streams", p.name, False, f"raised {type(exc).__name__}: {exc}"[:200])
-                return
-        torch.cuda.synchronize()
+        except Exception as exc:
+            self.add("streams", p.name, False, f"raised {type(exc).__name__}: {exc}"[:200])
+            return
+        finally:
+            # every path: the side stream's pending writes must land before these buffers are
+            # freed, or the allocator hands their memory to the next probe mid-write
+            torch.cuda.synchronize()
         det = self.prov.supports.deterministic
         why = []
         for key in KEYS:
