@@ -228,3 +228,18 @@ def test_a_kernel_on_its_own_stream_fails_streams(scratch, tol) -> None:
     b = _battery("faithful", tol)
     b.streams(_t())
     assert not failures(b.checks) and [c.prop for c in b.checks if c.status == "pass"]
+
+
+def test_the_kernel_gets_the_probes_own_memory(scratch, tol) -> None:
+    # No clone or .contiguous() between a probe and the callable: inside the call, q, k, v and
+    # offsets are the probe's own views (same data_ptr, strides and storage offset).
+    import scratch_kernels as sk
+
+    b = _battery("recorder", tol)
+    for layout in ("storage-offset", "qkv-packed", "head-strided"):
+        p = C.layout_probe(_t(), layout)
+        sk.SEEN.clear()
+        b.numeric(p, layout)
+        want = [(t.data_ptr(), t.stride(), t.storage_offset()) for t in (p.q, p.k, p.v)]
+        assert sk.SEEN == [*want, (p.offsets.data_ptr(), p.offsets.stride(), 0)], layout
+    assert not failures(b.checks)

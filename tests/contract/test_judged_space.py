@@ -67,3 +67,58 @@ def test_a_declared_block_size_refusal_is_unsupported() -> None:
     spec = CaseSpec(lengths=(10,), block_size=24)
     why = Supports(block_sizes=(64,)).refusal(spec, "cpu", "cpu", spec.block_size)
     assert why == "declared block sizes [64], case uses 24"
+
+
+@pytest.mark.parametrize("field,value,tag", [("offsets_dtype", "int64", "offsets=int64"),
+                                             ("max_seq_len", "exact", "max_seq_len=exact"),
+                                             ("max_seq_len", "larger", "max_seq_len=larger")])
+def test_options_are_in_the_id_only_off_their_defaults(field, value, tag) -> None:
+    a = CaseSpec(lengths=(5, 70))
+    b = CaseSpec(lengths=(5, 70), **{field: value})
+    assert field not in a.identity() and b.identity()[field] == value
+    assert b.case_id != a.case_id and tag in b.short()
+    assert CaseSpec.from_dict(b.to_dict()) == b
+    with pytest.raises(ValueError, match=field):
+        CaseSpec(**{field: "int16" if field == "offsets_dtype" else "smaller"})
+
+
+def test_the_corpus_v1_ids_are_all_in_corpus_v2() -> None:
+    from blockattn.cases.corpus import load_corpus
+
+    v1, v2 = load_corpus(1), load_corpus(2)
+    assert [s.case_id for s in v1] == [s.case_id for s in v2 if s.name in {x.name for x in v1}]
+    new = [s for s in v2 if s.name not in {x.name for x in v1}]
+    assert {s.block_size for s in new} >= {1, 24, 128}
+    assert {s.offsets_dtype for s in new} == {"int32", "int64"}
+    assert {s.max_seq_len for s in new} == {"omitted", "exact", "larger"}
+
+
+def test_fuzz_draws_options_only_where_declared() -> None:
+    space = strategies.SPACES["ci"]
+    specs = strategies.sample_specs(space, 80, 3)
+    assert {s.offsets_dtype for s in specs} == {"int32", "int64"}
+    assert {s.max_seq_len for s in specs} == {"omitted", "exact", "larger"}
+    plain = plan.restricted_space(space, plan.Selection(), Supports())
+    specs = strategies.sample_specs(plain, 80, 3)
+    assert {(s.offsets_dtype, s.max_seq_len) for s in specs} == {("int32", "omitted")}
+
+
+def test_the_kernel_gets_the_specs_offsets_dtype_and_max_seq_len() -> None:
+    import torch
+
+    from blockattn.cases.inputs import build_inputs
+
+    seen = {}
+
+    def fn(q, k, v, offsets, *, block_size, scale, sinu_pos, rotate_v, max_seq_len=None):
+        seen.update(dtype=offsets.dtype, max_seq_len=max_seq_len)
+        return q * 1
+
+    from blockattn.providers.external import from_callable
+
+    prov = from_callable(fn, name="opts", origin="test", spec=None)
+    spec = CaseSpec(lengths=(5, 70, 0), H=1, offsets_dtype="int64", max_seq_len="exact")
+    prov.run(build_inputs(spec), "plain")
+    assert seen == {"dtype": torch.int64, "max_seq_len": 70}
+    prov.run(build_inputs(CaseSpec(lengths=(5, 70, 0), H=1, max_seq_len="larger")), "plain")
+    assert seen == {"dtype": torch.int32, "max_seq_len": 147}
