@@ -241,5 +241,5 @@ def test_the_kernel_gets_the_probes_own_memory(scratch, tol) -> None:
         sk.SEEN.clear()
         b.numeric(p, layout)
         want = [(t.data_ptr(), t.stride(), t.storage_offset()) for t in (p.q, p.k, p.v)]
-        assert sk.SEEN == [*want, (p.offsets.data_ptr(), p.offsets.stride(), 0)], layout
+        assert [*want, (p.offsets.data_ptr(), p.offsets.stride(), 0)] == sk.SEEN, layout
     assert not failures(b.checks)
