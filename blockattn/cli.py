@@ -75,6 +75,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, TypeError, OSError) as exc:  # OSError: --out is a file, no access...
         print(f"blockattn {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # anywhere else: one line, the shell's code for SIGINT
+        print(f"\nblockattn {args.command}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

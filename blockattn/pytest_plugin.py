@@ -51,6 +51,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 "blockattn.block_attention's signature. Without this option the plugin is off")
     g.addoption("--blockattn-tolerances", dest="blockattn_tolerances", metavar="vN|PATH",
                 help="tolerance file (default: the newest released one for this device)")
+    g.addoption("--blockattn-allow-unreleased-tolerances", action="store_true",
+                dest="blockattn_allow_unreleased_tolerances", default=False,
+                help="judge with a tolerance file that is not released (reports say UNRELEASED)")
     g.addoption("--blockattn-baseline", dest="blockattn_baseline", metavar="PROVIDER",
                 help="baseline provider run next to it (default fa2 on GPU, eager on CPU)")
     g.addoption("--blockattn-dtype", action="append", dest="blockattn_dtype", type=dtype_name,
@@ -223,6 +226,7 @@ class BlockattnSession:
             shape_p=False, dtype=o("blockattn_dtype"), head_dim=o("blockattn_head_dim"),
             variant=o("blockattn_variant"), distribution=o("blockattn_distribution"),
             case=o("blockattn_case"), shard=None, tolerances=tol, no_tolerances=False,
+            allow_unreleased_tolerances=o("blockattn_allow_unreleased_tolerances"),
         )  # fmt: skip
 
     def plan(self) -> Plan:

@@ -34,6 +34,7 @@ LAYOUTS = {
     "sinu-strided": "sinu_pos the left half of a (T, 2D) buffer: row stride 2D (rotary)",
 }
 POISONS = (float("nan"), float("inf"), float("-inf"))
+MSL_LENGTHS = (66, 65, 130)  # the max_seq_len probes' batch (see option_probes)
 PAD = 128  # rows of NaN past every buffer's end: a whole block read past the end sees NaN
 
 
@@ -198,7 +199,6 @@ def option_probes(t: dict[str, Any], offsets_dtypes: tuple[str, ...], max_seq_le
     default is int32), `max_seq_len` exact and larger than the longest sequence, nested jagged
     q, k, v. A probe with a reason is recorded "unsupported (declared)"."""
     p = layout_probe(t, "padded")
-    longest = max(LENGTHS)
     out = []
     for dt in ("int32", "int64"):
         if dt == "int32":
@@ -207,9 +207,16 @@ def option_probes(t: dict[str, Any], offsets_dtypes: tuple[str, ...], max_seq_le
         out.append((replace(p, name=f"option-offsets-{dt}", prop="option",
                             offsets=p.offsets.to(getattr(torch, dt))), why))  # fmt: skip
     why = None if max_seq_len else "declared no max_seq_len argument"
+    # Its own batch: no empty sequence and every one ending in a partial block, so a grid sized
+    # from max_seq_len with one block too few (floor for ceil) has fewer tiles than blocks.
+    q = t["q"]
+    m = layout_probe(base(q.dtype, q.shape[2], str(q.device), seed=5, lengths=MSL_LENGTHS),
+                     "padded")  # fmt: skip
+    longest = max(MSL_LENGTHS)
     for tag, n in (("exact", longest), ("larger", 3 * longest + 5)):
-        out.append((replace(p, name=f"option-max-seq-len-{tag}", prop="option", max_seq_len=n,
-                            note=f"max_seq_len={n}, longest sequence {longest}"), why))  # fmt: skip
+        note = f"max_seq_len={n}, lengths {list(MSL_LENGTHS)}"
+        out.append((replace(m, name=f"option-max-seq-len-{tag}", prop="option", max_seq_len=n,
+                            note=note), why))  # fmt: skip
     why = None if nested else "declared no nested (torch.nested jagged) input"
     note = "q, k, v torch.nested jagged tensors, offsets None"
     out.append((replace(p, name="option-nested", prop="option", nested=True, note=note), why))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import sys
 from typing import Any
 
 from blockattn.cases.plan import Selection
@@ -88,8 +89,6 @@ def selection_from(args: argparse.Namespace) -> Selection:
 
 
 def load_tolerances(args: argparse.Namespace, device: str | None = None):
-    from pathlib import Path
-
     from blockattn.judge import tolerances
 
     if getattr(args, "no_tolerances", False):
@@ -103,7 +102,15 @@ def load_tolerances(args: argparse.Namespace, device: str | None = None):
             f"{tolerances.default_tolerance_dir()}: pass --tolerances FILE, or --no-tolerances "
             "to record metrics only"
         )
-    problems = tolerances.check_manifest(Path(path).parent)
-    if problems:
-        raise ValueError("; ".join(problems))
-    return tolerances.load(path)
+    tol = tolerances.load(path)
+    tolerances.require_released(tol, getattr(args, "allow_unreleased_tolerances", False))
+    if args.tolerances is None:  # say which file judges, so nobody has to guess
+        print(f"tolerances: {path} ({tol.label}), the newest released for {device}",
+              file=sys.stderr)  # fmt: skip
+    return tol
+
+
+def add_unreleased_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--allow-unreleased-tolerances", action="store_true",
+                   help="judge with a tolerance file that is not a released one (its sha256 is "
+                        "in no MANIFEST entry of the package); reports say UNRELEASED")  # fmt: skip

@@ -26,6 +26,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tolerances", type=_tol_path, default=None,
                    help="tolerance file judging the numbers (default: newest released for "
                         "this device)")  # fmt: skip
+    from blockattn.commands._options import add_unreleased_option
+
+    add_unreleased_option(p)
     p.add_argument("--repeats", type=int_at_least(2), default=None,
                    help="determinism repeats (default 20 on a GPU, 3 on the CPU interpreter)")
     p.add_argument("--only", default=None, metavar="PROPERTY|PROBE",

@@ -32,6 +32,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "is left to the sampler's luck",
     )
     p.add_argument("--tolerances", type=_tol_path, help="default: newest released for this device")
+    from blockattn.commands._options import add_unreleased_option
+
+    add_unreleased_option(p)
     p.add_argument("--out", type=Path, help="report dir (default reports/false-alarms-*)")
     p.add_argument("--no-progress", action="store_true")
 
@@ -63,7 +66,9 @@ def main(args: argparse.Namespace) -> int:
         if getattr(args, name) < 1:
             raise ValueError(f"--{name} must be >= 1, got {getattr(args, name)}")
     device = session.setup_device()
-    tol = load_tolerances(argparse.Namespace(tolerances=args.tolerances), device)
+    tol = load_tolerances(argparse.Namespace(
+        tolerances=args.tolerances,
+        allow_unreleased_tolerances=args.allow_unreleased_tolerances), device)
     if tol is None:
         raise ValueError("no released tolerance file found: pass --tolerances")
     out = args.out or session.default_out("false-alarms")

@@ -16,8 +16,10 @@ HELP = (
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--tolerances", type=_tol_path, required=True, help="shipped version (v5) or vN.toml path"
-    )
+        "--tolerances", type=_tol_path, default=None,
+        help="shipped version (v5) or a file path (default: the newest released for the device "
+             "that ran the cases; printed)",
+    )  # fmt: skip
     p.add_argument(
         "--baseline", type=Path, help="earlier report.json (or report dir) to check for regressions"
     )
@@ -29,10 +31,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from blockattn.commands._options import (
         add_provider_option,
         add_selection_options,
+        add_unreleased_option,
         int_at_least,
     )
 
+    add_unreleased_option(p)
+
     p.add_argument("--out", type=Path, help="where to run the corpus (default reports/gate-*)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue an interrupted gate in --out (same options)")  # fmt: skip
     add_provider_option(p)
     p.add_argument(
         "--under-test", default=None,
@@ -62,7 +69,8 @@ def _device_of(records: list[dict]) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
-    from blockattn.judge import tolerances, verdict
+    from blockattn.commands._options import load_tolerances
+    from blockattn.judge import verdict
     from blockattn.report import report_json
     from blockattn.report.summarize import (
         elementwise_markdown,
@@ -71,10 +79,14 @@ def main(args: argparse.Namespace) -> int:
     )
     from blockattn.run import results, session
 
-    tol = tolerances.load(args.tolerances)  # ToleranceError is a ValueError -> exit 2
-    problems = tolerances.check_manifest(args.tolerances.parent)
-    if problems:
-        raise ValueError("; ".join(problems))
+    # The newest released file for the device that ran (or will run) the cases; a file that is
+    # not released is refused unless --allow-unreleased-tolerances (ToleranceError -> exit 2).
+    if args.tolerances is None and args.report is not None:
+        tol_device = _device_of(results.load_report_cases(args.report))
+    else:
+        tol_device = "cuda" if __import__("torch").cuda.is_available() else "cpu"
+    tol = load_tolerances(args, tol_device)
+    args.tolerances = tol.path
     from blockattn import providers
 
     outside = providers.load_specs(args.provider)
@@ -114,20 +126,30 @@ def main(args: argparse.Namespace) -> int:
         ut, bl, provs, profile, specs = resolve_plan(ns, device)
         if not specs:
             raise ValueError("no case to gate: the filters/shard select none of the plan")
+        if args.resume and args.out is None:
+            raise ValueError("--resume needs --out DIR: the directory of the gate to continue")
+        if args.resume and not (Path(args.out) / "results.jsonl").is_file():
+            raise ValueError(f"--resume: {args.out} holds no gate to continue (no results.jsonl)")
         out = args.out or session.default_out("gate")
         from blockattn.commands.run import run_options
 
-        session.check_run_options(out, run_options(ns, ut, bl, provs, profile, tol), False)
+        session.check_run_options(out, run_options(ns, ut, bl, provs, profile, tol), args.resume)
         _clear_stale_reproducers(Path(out))
-        records = run_cases(
-            specs,
-            out,
-            provider_names=provs,
-            under_test=ut,
-            baseline=bl,
-            tol=tol,
-            progress=not args.no_progress,
-        )
+        try:
+            records = run_cases(
+                specs,
+                out,
+                provider_names=provs,
+                under_test=ut,
+                baseline=bl,
+                resume=args.resume,
+                tol=tol,
+                progress=not args.no_progress,
+            )
+        except KeyboardInterrupt:  # finished cases are fsynced; one line, no traceback
+            print(f"\ninterrupted: finished cases are in {out}/results.jsonl; continue with: "
+                  f"{session.resume_command(args, out)}", file=sys.stderr)  # fmt: skip
+            return 130
     verdicts = [verdict.evaluate(r, tol, ut) for r in records]
     from blockattn.judge.gate_rules import decide
     from blockattn.judge.selftest import run_selftest
@@ -165,15 +187,16 @@ def main(args: argparse.Namespace) -> int:
     lines = [
         f"## blockattn gate: {'❌ FAIL' if failed else '✅ PASS'}",
         "",
-        f"Tolerances `{args.tolerances}` (v{tol.version}, {tol.data['status']}, sha256 "
+        f"Tolerances `{args.tolerances}` ({tol.label}, status {tol.data['status']}, sha256 "
         f"{tol.sha256[:12]}, calibrated on {tol.data['provenance']['device']}: "
         f"{tol.data['provenance']['gpu']}) · under test `{ut}` · report `{out}`",
     ]
     lines += [f"- ❌ {why}" for why in decision.reasons if decision.failed] or []
     if not selftest and tol.schema >= 2:
         lines.append("\nJudge self-test (known answers, `blockattn/judge/selftest.py`): ✅")
-    if tol.data["status"] != "released":
-        lines.append("\n> ⚠️ tolerance file is not released (status = proposed)")
+    if tol.released_as is None:
+        lines.append(f"\n> ⚠️ UNRELEASED tolerance file (sha256 {tol.sha256}): its verdicts are "
+                     "vouched for by nobody but whoever wrote it")  # fmt: skip
     if bases - {tol.baseline}:
         lines.append(
             f"\n> ⚠️ run baseline {sorted(b for b in bases if b)} differs from the "

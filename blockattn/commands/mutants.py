@@ -40,6 +40,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="mutants run in parallel (default: half the CPU cores)",
     )
     p.add_argument("--tolerances", type=_tol_path, help="default: newest released for this device")
+    from blockattn.commands._options import add_unreleased_option
+
+    add_unreleased_option(p)
     p.add_argument("--no-control", action="store_true", help="skip the unmodified control run")
     p.add_argument("--out", type=Path, help="report dir (mutants.json, mutants.md)")
 
@@ -94,7 +97,8 @@ def main(args: argparse.Namespace) -> int:
     if not mutants:
         raise ValueError("no mutant selected (check --mutant/--group/--ci)")
     device = env.configure()  # no kernel import in this process: workers import the copies
-    ns = argparse.Namespace(tolerances=args.tolerances, no_tolerances=False)
+    ns = argparse.Namespace(tolerances=args.tolerances, no_tolerances=False,
+                            allow_unreleased_tolerances=args.allow_unreleased_tolerances)
     tol = load_tolerances(ns, device)
     if tol is None:
         raise ValueError("no released tolerance file found: pass --tolerances")

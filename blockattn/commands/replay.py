@@ -15,6 +15,9 @@ HELP = "re-run one failing case from its reproducer (repro/<case_id>.json) and s
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("repro", help="reproducer JSON file, or an inline JSON case spec")
     p.add_argument("--tolerances", type=_tol_path, help="judge with this tolerance file")
+    from blockattn.commands._options import add_unreleased_option
+
+    add_unreleased_option(p)
     p.add_argument("--providers", help="comma list (default: those of the reproducer)")
     p.add_argument("--json", action="store_true", help="print the full record as JSON")
     from blockattn.commands._options import add_provider_option
@@ -68,6 +71,8 @@ def main(args: argparse.Namespace) -> int:
     )
     tol_path = args.tolerances or payload.get("tolerances")
     tol = tolerances.load(tolerances.resolve_path(tol_path)) if tol_path else None
+    if tol is not None:
+        tolerances.require_released(tol, args.allow_unreleased_tolerances)
     rec = evaluate_case(spec, provs, ut, bl, tol=tol)
     print(f"case {rec['case_id']}: {spec.short()}  (T={rec['T']}, device {rec['device']})")
     if rec["oracle_error"]:

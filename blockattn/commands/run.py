@@ -20,6 +20,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from blockattn.commands._options import (
         add_provider_option,
         add_selection_options,
+        add_unreleased_option,
         int_at_least,
     )
 
@@ -58,6 +59,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="tolerance file for per-case verdicts (default: latest released)",
     )
     p.add_argument("--no-tolerances", action="store_true", help="record metrics only")
+    add_unreleased_option(p)
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--no-selfcheck", action="store_true", help="skip the oracle self-check")
     from blockattn.commands.contract import add_option as add_contract_option
@@ -189,8 +191,8 @@ def main(args: argparse.Namespace) -> int:
         # Every finished case is already fsynced to results.jsonl; the interrupted one is not.
         print(
             f"\ninterrupted: finished cases are in {out}/results.jsonl; "
-            f"`blockattn report {out}` renders them, `blockattn run --out {out} --resume` "
-            "continues",
+            f"`blockattn report {out}` renders them; continue with: "
+            f"{session.resume_command(args, out)}",
             file=sys.stderr,
         )
         return 130  # 128 + SIGINT, the shell convention for an interrupted command

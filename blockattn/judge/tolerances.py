@@ -87,6 +87,21 @@ class Tolerances:
         return int(self.data["version"])
 
     @property
+    def released_as(self) -> str | None:
+        """The shipped file these bytes are (by sha256, in the installed package's own
+        MANIFEST), else None: a file is released by its bytes, never by its folder or name."""
+        return released_name(self.sha256)
+
+    @property
+    def label(self) -> str:
+        """How reports name it: "v4, released (v4.toml)" or "v4, UNRELEASED (sha256 ...)"."""
+        name = self.released_as
+        if name is not None:
+            return f"v{self.version}, released ({name})"
+        return (f"v{self.version}, UNRELEASED (sha256 {self.sha256[:12]} is not in the "
+                "package's MANIFEST)")  # fmt: skip
+
+    @property
     def under_test(self) -> str:
         return str(self.data["under_test"])
 
@@ -352,6 +367,32 @@ def read_manifest(tol_dir: str | Path) -> dict[str, str]:
         sha, name = line.split(maxsplit=1)
         out[name.strip()] = sha
     return out
+
+
+def released_name(sha256: str) -> str | None:
+    """The name of the shipped, released file with these bytes (None: not released)."""
+    for name, sha in read_manifest(default_tolerance_dir()).items():
+        if sha == sha256:
+            return name
+    return None
+
+
+ALLOW_UNRELEASED = "--allow-unreleased-tolerances"
+
+
+def require_released(tol: Tolerances, allow: bool) -> None:
+    """Fail closed on a file the package cannot vouch for: its bytes must be a released file's
+    (a byte-identical copy anywhere is that release); any other file needs `allow`."""
+    problems = check_manifest(default_tolerance_dir())
+    if problems:
+        raise ToleranceError("; ".join(problems))
+    if tol.released_as is None and not allow:
+        raise ToleranceError(
+            f"tolerance file {tol.path} is not released: sha256 {tol.sha256[:12]} is in no "
+            f"MANIFEST entry of the installed package ({default_tolerance_dir()}). Judge with a "
+            f"released file (v4, v5), or pass {ALLOW_UNRELEASED} to use this one anyway; the "
+            "reports then say UNRELEASED"
+        )
 
 
 def check_manifest(tol_dir: str | Path) -> list[str]:

@@ -1,12 +1,13 @@
 """Planted bugs against the contract, not the numbers on clean default inputs: a kernel that
-ignores a declared option, reads past a block into the next sequence, writes its caller's input,
-or is not repeatable. Each is invisible to the corpus at block size 64 on clean contiguous
-inputs, or nearly so; the contract battery (`blockattn/judge/contract.py`), which every mutant
-worker runs after the quick tier, and the fuzz cases at other block sizes are what kill them."""
+ignores a declared option (block size, max_seq_len), reads past a
+block into the next sequence, writes its caller's input, or is not repeatable. Each is
+invisible to the corpus at block size 64 on clean contiguous inputs, or nearly so; the contract
+battery (`blockattn/judge/contract.py`), which every mutant worker runs after the quick tier,
+and the cases at other block sizes and layouts are what kill them."""
 
 from __future__ import annotations
 
-from blockattn.mutants.mutant import DISPATCH, OPS, TILE_MATH, Mutant
+from blockattn.mutants.mutant import DISPATCH, OPS, TILE_MATH, TILES, Mutant
 
 _G = "contract"
 
@@ -28,6 +29,14 @@ CONTRACT: tuple[Mutant, ...] = (
         "    return tl.load(ptrs)",
         "tiles load all BLOCK rows: a partial block reads the next sequence's rows (and past "
         "the end of the input); masked keys get p = 0, so only 0 * NaN shows it",
+    ),
+    Mutant(
+        "max-seq-len-floor",
+        _G,
+        TILES,
+        "        bound = min(bound, B * -(-max_seq_len // block_size))",
+        "        bound = min(bound, B * (max_seq_len // block_size))",
+        "the tile table sized from max_seq_len rounds down: a last partial block gets no tile",
     ),
     Mutant(
         "output-written-into-q",

@@ -45,6 +45,30 @@ class Declaration:
     description: str = ""
 
 
+KEYWORDS = ("block_size", "scale", "sinu_pos", "rotate_v")
+
+
+def signature_problem(fn: Callable, supports: Supports) -> str | None:
+    """Why `fn` cannot be called as `fn(q, k, v, offsets, *, block_size, scale, sinu_pos,
+    rotate_v[, max_seq_len])` (None: it can, or its signature cannot be read)."""
+    import inspect
+
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None  # a builtin or C callable: judged by calling it
+    kw = {k: None for k in KEYWORDS}
+    if supports.max_seq_len:
+        kw["max_seq_len"] = None
+    try:
+        sig.bind(None, None, None, None, **kw)
+    except TypeError as exc:
+        want = "(q, k, v, offsets, *, " + ", ".join(kw) + ")"
+        return (f"{getattr(fn, '__name__', fn)}{sig} cannot be called as {want}: {exc} "
+                "(blockattn.block_attention's signature)")  # fmt: skip
+    return None
+
+
 def from_callable(
     fn: Callable, *, name: str | None, origin: str, spec: str | None
 ) -> Provider:
@@ -53,6 +77,9 @@ def from_callable(
         raise ValueError(f"provider {origin}: declare accuracy_model or reference, not both")
     pname = name or decl.name or getattr(fn, "__name__", None) or "kernel"
     supports = decl.supports
+    why = signature_problem(fn, supports)
+    if why is not None:  # checked once, up front: not once per case
+        raise ValueError(f"provider {origin}: {why}")
     if decl.projection is None and supports.projection:
         supports = Supports(**{**supports.__dict__, "projection": False})
     model = decl.accuracy_model or (None if decl.reference else DEFAULT_MODEL)

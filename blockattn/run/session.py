@@ -74,6 +74,18 @@ def command_line(args: Any) -> str:
     return shlex.join(["blockattn", *argv])
 
 
+def resume_command(args: Any, out: Any) -> str:
+    """The command that continues this run: as typed, with its --out and --resume (the options
+    must match the run's run.json, so they are the original ones)."""
+    import shlex
+
+    argv = list(getattr(args, "_argv", None) or sys.argv[1:])
+    argv = [a for a in argv if a != "--resume"]
+    has_out = any(a == "--out" or a.startswith("--out=") for a in argv)
+    return shlex.join(["blockattn", *argv, *([] if has_out else ["--out", str(out)]),
+                       "--resume"])  # fmt: skip
+
+
 def provider_specs(names: list[str]) -> dict[str, str]:
     """{name: '--provider' spec} of the outside providers among `names` (to re-create them)."""
     from blockattn import providers

@@ -119,3 +119,26 @@ def test_sigkill_with_torn_line_then_report_and_resume(tmp_path: Path, capsys) -
     ids = [json.loads(x)["case_id"] for x in lines if not x.startswith('{"case_id": "rota-floa-t')]
     assert len(ids) == len(set(ids)) == 2, "a finished case was run again"
     assert (out / "report.json").exists()
+
+
+def test_sigint_in_gate_is_one_line_and_its_resume_command_works(tmp_path: Path) -> None:
+    # issue 21, items 12-13: Ctrl-C in a gate prints no traceback, exits 130 and names a
+    # resume command that works as printed (the original options, --out, --resume).
+    out = tmp_path / "gate"
+    cmd = [sys.executable, "-m", "blockattn", "gate", "--tolerances", "v4", "--out", str(out),
+           "--max-cases", "3", "--no-contract", "--no-progress"]  # fmt: skip
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    _wait_for_lines(proc, out, 1)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err[-2000:]
+    assert "Traceback" not in err, err[-3000:]
+    line = next(x for x in err.splitlines() if "continue with:" in x)
+    resume = line.split("continue with: ", 1)[1]
+    assert resume.startswith("blockattn gate ") and resume.endswith(" --resume"), resume
+    argv = __import__("shlex").split(resume)[1:]
+    proc = subprocess.run([sys.executable, "-m", "blockattn", *argv], cwd=ROOT, env=_env(),
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert len(_valid_lines(out)) == 3
