@@ -43,6 +43,16 @@ PLUGIN_NAME = "blockattn-session"
 MAX_FAILURES_SHOWN = 5
 
 
+def _cache_dir(config: pytest.Config) -> Path:
+    """pytest's cache directory for reproducers (a temporary one with `-p no:cacheprovider`)."""
+    cache = getattr(config, "cache", None)
+    if cache is not None:
+        return Path(cache.mkdir("blockattn-repro")).resolve()
+    import tempfile
+
+    return Path(tempfile.mkdtemp(prefix="blockattn-repro-")).resolve()
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     g = parser.getgroup("blockattn", "blockattn: judge an attention kernel against the FP64 oracle")
     g.addoption("--blockattn-provider", action="append", dest="blockattn_provider", default=None,
@@ -77,7 +87,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--blockattn-fuzz-only", action="store_true", dest="blockattn_fuzz_only",
                 help="no corpus cases")
     g.addoption("--blockattn-repro-dir", dest="blockattn_repro_dir", metavar="DIR",
-                help="where failing cases write reproducers (default .blockattn-repro/)")
+                help="where failing cases write reproducers (default: pytest's cache "
+                     "directory, .pytest_cache/d/blockattn-repro)")
     g.addoption("--blockattn-no-contract", action="store_true", dest="blockattn_no_contract",
                 help="skip the contract battery's tests (test_blockattn_contract[...])")
 
@@ -245,8 +256,11 @@ class BlockattnSession:
                     f"blockattn: the --blockattn-* filters select no case of the plan (under "
                     f"test {ut}, profile {profile}, device {self.device})"
                 )
-            d = self.config.getoption("blockattn_repro_dir") or ".blockattn-repro"
-            repro = Path(self.config.invocation_params.dir, d).resolve()
+            d = self.config.getoption("blockattn_repro_dir")
+            if d is not None:
+                repro = Path(self.config.invocation_params.dir, d).resolve()
+            else:  # not in the user's working tree: pytest's own cache (git-ignored there)
+                repro = _cache_dir(self.config)
             plan = Plan(self.device, ut, bl, provs, profile, specs, tol, repro)
             seen: set[str] = set()
             for s in specs:

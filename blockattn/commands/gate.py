@@ -207,6 +207,10 @@ def main(args: argparse.Namespace) -> int:
     if ew:
         lines += ["", ew]
     if baseline_cases is not None:
+        base_uts = sorted({str(r.get("under_test")) for r in baseline_cases.values()})
+        if base_uts != [ut]:
+            lines += ["", f"> ⚠️ the baseline's kernel under test is {base_uts} and this run's is "
+                          f"`{ut}`: compared by role (the kernel under test of each case)"]
         lines += [
             "",
             f"### Regressions vs `{args.baseline}`: {len(regress)}"

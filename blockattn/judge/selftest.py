@@ -156,10 +156,13 @@ def run_selftest(
                                                                "reason": "selftest"}}},
             "NaN output": fake({
                 k: {**m, "nonfinite_bad": 1} for k, m in good.items()}),
-            # The provider protocol: a refusal not declared in Supports, on a corpus case; a
+            # The provider protocol: a refusal not declared in Supports, on any case; a
             # kernel the file has no rule for that declares an undefined model, or nothing.
             "an undeclared refusal of a corpus case": {
                 **rec_good, "spec": {**rec_good["spec"], "source": "corpus"},
+                "providers": {under_test: {"status": "unsupported", "reason": "selftest"}}},
+            "an undeclared refusal of a fuzz case": {
+                **rec_good, "spec": {**rec_good["spec"], "source": "fuzz"},
                 "providers": {under_test: {"status": "unsupported", "reason": "selftest"}}},
             "an outside kernel with an undefined model": {**rec_good, "providers": {
                 "selftest-outside": {**rec_good["providers"][under_test],

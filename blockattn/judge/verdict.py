@@ -156,10 +156,12 @@ def _evaluate_v2(record: dict[str, Any], tol: Tolerances, ut: str) -> Verdict:
 
         status = res.get("status")
         if status == "unsupported":
-            # Declared (outside the provider's Supports): never a failure. Refusing a
-            # configuration it declared fails on corpus cases (the corpus holds only those).
-            if hard and spec.get("source") == "corpus" and not res.get("declared"):
-                v.fail(f"{name}: unsupported on a corpus case: {res.get('reason')}")
+            # Declared (outside the provider's Supports): never a failure. A refusal at run time
+            # of a configuration its Supports declares is a failure, on any case: a kernel must
+            # not turn what it promised into a skip.
+            if hard and not res.get("declared"):
+                v.fail(f"{name}: refused at run time a case its Supports declares: "
+                       f"{res.get('reason')}")  # fmt: skip
             elif hard:
                 v.skipped = True
             continue
@@ -306,6 +308,14 @@ def regressions(
     return out
 
 
+def baseline_role(old: dict[str, Any], under_test: str) -> str:
+    """The provider of a baseline record to compare the kernel under test with: the one that
+    record ran under test (matched by role, whatever it was called then), else the same name."""
+    provs = old.get("providers", {})
+    role = old.get("under_test")
+    return role if role in provs else under_test
+
+
 def _regressions_v2(
     new: dict[str, Any], old: dict[str, Any], tol: Tolerances, under_test: str
 ) -> list[str]:
@@ -321,7 +331,8 @@ def _regressions_v2(
     cannot show that nothing regressed.
     """
     reg = tol.data["regression"]
-    n, o = new["providers"].get(under_test), old.get("providers", {}).get(under_test)
+    n, o = new["providers"].get(under_test), old.get("providers", {}).get(baseline_role(old,
+                                                                                   under_test))
     if n is None:
         return []  # the verdict already fails a run without the provider under test
     if o is None:

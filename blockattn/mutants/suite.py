@@ -10,6 +10,10 @@ from __future__ import annotations
 
 from blockattn.mutants.mutant import Mutant
 
+# the verdict's rule for a kernel under test that raised Unsupported at run time
+_REFUSAL = ('            if hard and not res.get("declared"):\n'
+            '                v.fail(f"{name}: refused')
+
 EL = "bounds/elementwise.py"
 VERDICT = "judge/verdict.py"
 TOL = "judge/tolerances.py"
@@ -97,9 +101,18 @@ SUITE: tuple[Mutant, ...] = (
         "suite-undeclared-refusal-skipped",
         "suite",
         VERDICT,
-        'if hard and spec.get("source") == "corpus" and not res.get("declared"):',
-        'if hard and spec.get("source") == "corpus" and res.get("declared"):',
-        "a kernel refusing a corpus case it declared it supports is skipped, not failed",
+        _REFUSAL,
+        _REFUSAL.replace("not res.get", "res.get"),
+        "a kernel refusing a case it declared it supports is skipped, not failed",
+    ),
+    Mutant(
+        "suite-undeclared-fuzz-refusal-skipped",
+        "suite",
+        VERDICT,
+        _REFUSAL,
+        _REFUSAL.replace("if hard and", 'if hard and spec.get("source") == "corpus" and'),
+        "a refusal at run time of a declared case is failed on the corpus only: on a fuzz case "
+        "it becomes a skip (and a pytest skip)",
     ),
     Mutant(
         "suite-outside-kernel-no-rule-passes",

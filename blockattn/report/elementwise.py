@@ -237,7 +237,13 @@ def plot_localisation(view: dict[str, Any], pdir: Path, plt) -> Path:
         ax = fig.add_subplot(pos)
         vals = loc.get(key) or []
         k = max(1, int(loc.get("block_bucket") or 1)) if key == "by_block" else 1
-        if vals:
+        if len(vals) == 1:  # one bar says nothing a number does not: say it plainly
+            what = "one head" if key == "by_head" else "one block"
+            ax.text(0.5, 0.5, f"{what}: max err / bound {_f(vals[0])}", ha="center",
+                    va="center", fontsize=9)  # fmt: skip
+            ax.set_title(title, fontsize=9)
+            ax.set_axis_off()
+        elif vals:
             bars(ax, vals, k, xlabel + (f" (buckets of {k})" if k > 1 else ""), title)
         else:
             ax.text(0.5, 0.5, f"no {key} map", ha="center", va="center")
@@ -364,6 +370,8 @@ def _heatmap_html(rd: list[list[Any]]) -> str:
 
 def _strip_html(vals: list[Any], label: str, k: int = 1) -> str:
     """Fallback bar: one coloured cell per head / block bucket, values shown when few."""
+    if len(vals) == 1:  # a single head or block: a number, not a chart
+        return f"<p>one {label}: max err/bound {_f(vals[0])}</p>"
     show = len(vals) <= 32
     idx = "".join(f"<th>{i * k}</th>" for i in range(len(vals))) if show else ""
     cells = "".join(

@@ -226,9 +226,11 @@ def _bound_section_html(rows: list[dict[str, Any]]) -> str:
         f"<h2 id='bounds'>Accuracy per provider x tensor: {n_fail} of {len(rows)} row(s) fail</h2>",
         "<p class='note'>Failing rows first (red: an element beyond its bound, or NaN/Inf where "
         "the oracle is finite). <b>max err / bound</b> is the worst element's error as a share "
-        "of what its accuracy model allows (&gt; 1 violates); <b>headroom</b> = bound / worst "
-        "error, how many times the worst element could grow before violating. ulp columns: "
-        "error in ulps of the exact value; p99.99 and max are the worst case's.</p>",
+        "of what its accuracy model allows (&gt; 1 violates); <b>headroom</b> = the allowance over "
+        "the least pre-store error the stored value implies (e &minus; ulp/2): an upper bound on "
+        "how far that error could grow, not a promise. ulp columns: error in ulps of the exact "
+        "value; p99.99 and max are the worst case's, and reach 1e12 where the exact value is "
+        "near 0 (a tiny ulp) while the element is within its bound.</p>",
     ]
     if shown:
         cls = ["fail" if r["failing"] else "pass" for r in shown]

@@ -450,8 +450,13 @@ def elementwise_markdown(
         f"### Elementwise accuracy: {n_fail} provider x tensor group(s) violate their bound",
         "",
         "ulp = error in units in the last place of the exact value in the case dtype; "
-        "p99.99 / max = worst case of the group; headroom = bound / worst error "
-        "(how many times the worst element could grow before violating).",
+        "p99.99 / max = worst case of the group (an element whose exact value is near 0 has a "
+        "tiny ulp, so its ulp count can be huge while it is well within its bound: judge by the "
+        "bound columns). violations = elements beyond the model's bound. headroom = the model's "
+        "pre-store allowance cE over the least pre-store error the stored value implies "
+        "(e - ulp/2) at the worst element: an upper bound on how far that error could grow, not "
+        "a promise (the true pre-store error can be larger than implied; a kernel with 2x the "
+        "pre-store error can violate where headroom reads 50x). VIOLATED: a violation.",
     ]
     if shown:
         lines += ["", *head, *map(line, shown)]

@@ -89,6 +89,7 @@ def test_failures_write_a_reproducer_and_replay_reproduces(tmp_path: Path, capsy
             "0",
             "--tolerances",
             str(tight),
+            "--allow-unreleased-tolerances",
             "--no-progress",
             "--no-selfcheck",
         ]
@@ -98,7 +99,10 @@ def test_failures_write_a_reproducer_and_replay_reproduces(tmp_path: Path, capsy
     repro = next((out / "repro").glob("*.json"))
     assert f"replay: blockattn replay {repro}" in err
     assert json.loads(repro.read_text())["spec"] == load_corpus(tiers=("cpu",))[0].to_dict()
-    assert cli.main(["replay", str(repro)]) == 1  # still fails with the tight file it names
+    assert cli.main(["replay", str(repro)]) == 2  # the tight file it names is not released
+    assert "not released" in capsys.readouterr().err
+    # still fails with the tight file it names
+    assert cli.main(["replay", str(repro), "--allow-unreleased-tolerances"]) == 1
     assert "FAIL" in capsys.readouterr().out
     latest = str(tolerances.latest_released(TOL_DIR, device=_TOL_DEVICE))
     assert cli.main(["replay", str(repro), "--tolerances", latest]) == 0

@@ -81,7 +81,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 
 def _gate(args: list[str], capsys) -> tuple[int, str]:
-    rc = cli.main(["gate", "--no-contract", *args])  # the battery: tests/contract
+    # the battery: tests/contract; hand-made (unreleased) tolerance files on purpose here
+    rc = cli.main(["gate", "--no-contract", "--allow-unreleased-tolerances", *args])
     return rc, capsys.readouterr().out
 
 
@@ -220,12 +221,14 @@ def test_errored_baseline_and_missing_rule_fail(run) -> None:
 def test_zero_cases_fail(run, tmp_path: Path, capsys) -> None:
     out, tol = run
     with pytest.raises(SystemExit) as e:  # argparse: exit 2 naming the option
-        cli.main(["gate", "--tolerances", str(tol), "--max-cases", "0"])
+        cli.main(["gate", "--tolerances", str(tol), "--max-cases", "0",
+                  "--allow-unreleased-tolerances"])
     assert e.value.code == 2 and "--max-cases" in capsys.readouterr().err
 
     def unsupported(r):  # every case skipped: nothing judged
         r["spec"]["source"] = "fuzz"
-        r["providers"]["blockattn"] = {"status": "unsupported", "reason": "test"}
+        r["providers"]["blockattn"] = {"status": "unsupported", "reason": "test",
+                                       "declared": True}
 
     skipped = _rewrite(out, tmp_path / "skipped", unsupported)
     rc, md = _gate(["--tolerances", str(tol), "--report", str(skipped)], capsys)

@@ -349,7 +349,7 @@ CLI_BAD: list[tuple[list[str], str]] = [
         "list.json",
     ),
     (["gate", "--tolerances", TOL, "--max-cases", "-2", "--out", "{empty}/g"], "--max-cases"),
-    (["gate"], "--tolerances"),
+    (["gate", "--tolerances", "{empty}/v9.toml"], "v9.toml"),
     (["report", "{empty}/missing"], "missing"),
     (["report", "{nonrecord}"], "results.jsonl:1"),
     (["report", "{afile}"], "afile"),
