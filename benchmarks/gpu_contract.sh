@@ -11,7 +11,8 @@
 #   phase d: every mutant against the H100 baseline
 #   phase e (after phase a): FA4 again; the bench with fa4 among the core providers; the GPU
 #            tests fixed after phase c (the streams probe's cleanup, the plugin's counts)
-# Usage: bash benchmarks/gpu_contract.sh a|b|c|d|e OUTDIR [COMMIT]
+#   phase f: after the trust work (issue 21): the GPU test tier again, and every mutant
+# Usage: bash benchmarks/gpu_contract.sh a|b|c|d|e|f OUTDIR [COMMIT]
 # How the FA4 wheels were fetched and split: results/h100_2026-11-25/README.md.
 set -uo pipefail
 phase=$1
@@ -60,6 +61,10 @@ elif [ "$phase" = b ]; then
   done
   step bench timeout 100 python3 -m blockattn bench --providers blockattn,fa2,fa4 \
     --out "$r/bench" --no-sweeps --time-budget-s 80 --gpu-kind nvidia-h100-x1
+elif [ "$phase" = f ]; then
+  step pytest_gpu timeout 330 python3 -m pytest -n 8 -m "not slow" -q -p no:cacheprovider
+  step mutants timeout 240 python3 -m blockattn mutants --jobs 12 --tolerances v5 \
+    --baseline ci/baselines/h100/report.json --out "$r/mutants"
 elif [ "$phase" = c ]; then
   step pytest_gpu timeout 300 python3 -m pytest -n 8 -m "not slow" -q -p no:cacheprovider
   step false_alarms timeout 260 python3 -m blockattn false-alarms --tolerances v5 --seeds 20 \
