@@ -29,11 +29,10 @@ LENGTHS = (5, 70, 0, 64)
 
 def _summaries() -> dict[str, dict[str, float]]:
     import oracles
-    from oracles import error_bound
-
     from blockattn.bounds.elementwise import store_bound
     from blockattn.cases.generate import make_case, offsets_from_lengths
     from blockattn.judge import tolerances
+    from oracles import error_bound
 
     models = {}
     for f in FILES:
