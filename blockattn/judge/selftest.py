@@ -31,6 +31,11 @@ SELFTEST_SPECS = (
 )  # fmt: skip
 
 
+# The spec names the last `run_selftest` went through, in order (tests pin that it is all of
+# SELFTEST_SPECS, on every device).
+CHECKED: list[str] = []
+
+
 def _model_from_file(tol, name: str):
     from blockattn.bounds import models
 
@@ -94,14 +99,16 @@ def run_selftest(
         return [f"selftest: no rule applies to {under_test!r} (no file rule, no declared model "
                 "the file defines, no reference with a rule)"]
     model = _model_from_file(tol, model_name)
+    CHECKED.clear()
     for spec in SELFTEST_SPECS:
+        CHECKED.append(spec.name)  # what was checked: a narrowed loop shows in its tests
         inp = build_inputs(spec, device)
         ref = oracle_outputs(inp)
         (bounds,) = oracle_bounds(inp, [model.resolve(spec.dtype)])
         tmap = TokenMap(inp.offsets, inp.T, 64, ref["O"].device)
         dt = spec.torch_dtype
         good, over_t = {}, {}
-        for name in ("O", "dQ"):
+        for name in ("O", "dQ", "dK", "dV"):  # every output the verdict judges
             r, cE = ref[name], model.c * bounds[name].to(torch.float64)
             edge, over = (t.to(dt) for t in _edge_and_over(r, cE, spec.dtype))  # exact casts
             n = r.numel()
