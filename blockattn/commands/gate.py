@@ -115,7 +115,6 @@ def main(args: argparse.Namespace) -> int:
         _clear_stale_reproducers(Path(out))
     else:
         from blockattn.commands.run import resolve_plan
-        from blockattn.pipeline import run_cases
 
         device = session.setup_device()
         ut = ut or tol.under_test
@@ -126,29 +125,15 @@ def main(args: argparse.Namespace) -> int:
         ut, bl, provs, profile, specs = resolve_plan(ns, device)
         if not specs:
             raise ValueError("no case to gate: the filters/shard select none of the plan")
-        if args.resume and args.out is None:
-            raise ValueError("--resume needs --out DIR: the directory of the gate to continue")
-        if args.resume and not (Path(args.out) / "results.jsonl").is_file():
-            raise ValueError(f"--resume: {args.out} holds no gate to continue (no results.jsonl)")
+        from blockattn.commands.run import check_resume, run_interruptible, run_options
+
+        check_resume(args, "gate")
         out = args.out or session.default_out("gate")
-        from blockattn.commands.run import run_options
 
         session.check_run_options(out, run_options(ns, ut, bl, provs, profile, tol), args.resume)
         _clear_stale_reproducers(Path(out))
-        try:
-            records = run_cases(
-                specs,
-                out,
-                provider_names=provs,
-                under_test=ut,
-                baseline=bl,
-                resume=args.resume,
-                tol=tol,
-                progress=not args.no_progress,
-            )
-        except KeyboardInterrupt:  # finished cases are fsynced; one line, no traceback
-            print(f"\ninterrupted: finished cases are in {out}/results.jsonl; continue with: "
-                  f"{session.resume_command(args, out)}", file=sys.stderr)  # fmt: skip
+        records = run_interruptible(ns, specs, out, provs, ut, bl, tol)
+        if records is None:
             return 130
     verdicts = [verdict.evaluate(r, tol, ut) for r in records]
     from blockattn.judge.gate_rules import decide

@@ -147,20 +147,41 @@ def run_options(args: argparse.Namespace, ut: str, bl: str, provs: list[str], pr
     }  # fmt: skip
 
 
+def check_resume(args: argparse.Namespace, what: str) -> None:
+    """`--resume` (run, gate) needs --out naming a directory that holds a run to continue."""
+    if args.resume and args.out is None:
+        raise ValueError(f"--resume needs --out DIR: the directory of the {what} to continue")
+    if args.resume and not (Path(args.out) / "results.jsonl").is_file():
+        raise ValueError(f"--resume: {args.out} holds no {what} to continue (no results.jsonl); "
+                         f"drop --resume to start a new {what} there")  # fmt: skip
+
+
+def run_interruptible(args: argparse.Namespace, specs: list, out: Path, provs: list[str],
+                      ut: str, bl: str, tol) -> list[dict] | None:  # fmt: skip
+    """The cases run (or continued with --resume) into `out`; on Ctrl-C, one line naming the
+    command that continues them, and None (every finished case is already fsynced)."""
+    from blockattn.pipeline import run_cases
+    from blockattn.run import session
+
+    try:
+        return run_cases(specs, out, provider_names=provs, under_test=ut, baseline=bl,
+                         resume=args.resume, tol=tol, progress=not args.no_progress)  # fmt: skip
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: finished cases are in {out}/results.jsonl; `blockattn report "
+              f"{out}` renders them; continue with: {session.resume_command(args, out)}",
+              file=sys.stderr)  # fmt: skip
+        return None
+
+
 def main(args: argparse.Namespace) -> int:
     from blockattn.judge import verdict
-    from blockattn.pipeline import run_cases
     from blockattn.report import report_json
     from blockattn.report.summarize import markdown_tables, verdict_markdown
     from blockattn.run import session
     from blockattn.run.execute import device_info, git_commit
 
     device = session.setup_device()
-    if args.resume and args.out is None:
-        raise ValueError("--resume needs --out DIR: the directory of the run to continue")
-    if args.resume and not (Path(args.out) / "results.jsonl").is_file():
-        raise ValueError(f"--resume: {args.out} holds no run to continue (no results.jsonl); "
-                         "drop --resume to start a new run there")  # fmt: skip
+    check_resume(args, "run")
     from blockattn.commands._options import load_tolerances
 
     tol = load_tolerances(args, device)
@@ -176,25 +197,8 @@ def main(args: argparse.Namespace) -> int:
         f"tolerances {tol.path if tol else 'none'} -> {out}",
         file=sys.stderr,
     )
-    try:
-        records = run_cases(
-            specs,
-            out,
-            provider_names=provs,
-            under_test=ut,
-            baseline=bl,
-            resume=args.resume,
-            tol=tol,
-            progress=not args.no_progress,
-        )
-    except KeyboardInterrupt:
-        # Every finished case is already fsynced to results.jsonl; the interrupted one is not.
-        print(
-            f"\ninterrupted: finished cases are in {out}/results.jsonl; "
-            f"`blockattn report {out}` renders them; continue with: "
-            f"{session.resume_command(args, out)}",
-            file=sys.stderr,
-        )
+    records = run_interruptible(args, specs, out, provs, ut, bl, tol)
+    if records is None:
         return 130  # 128 + SIGINT, the shell convention for an interrupted command
     checks = None if args.no_selfcheck else selfcheck_section(device)
     from blockattn.commands.contract import section as contract_section
