@@ -364,7 +364,12 @@ def _regressions_v2(
             )
         for q, growth, slack in (("p50", "p50_growth", "p50_slack_ulp"),
                                  ("p99.99", "p9999_growth", "p9999_slack_ulp")):
-            q1, q0 = nu["quantiles"].get(q), ou["quantiles"].get(q)
+            if q not in ou.get("quantiles", {}) or q not in nu.get("quantiles", {}):
+                # fail closed: a quantile the rule needs is absent (None = recorded non-finite)
+                out.append(f"{tensor}: {q} ulp quantile missing from the "
+                           f"{'baseline' if q not in ou.get('quantiles', {}) else 'run'}")
+                continue
+            q1, q0 = nu["quantiles"][q], ou["quantiles"][q]
             if q1 is None and q0 is not None:
                 out.append(f"{tensor}: {q} ulp error became non-finite")
             elif q1 is not None and q0 is not None:
@@ -374,6 +379,8 @@ def _regressions_v2(
         if nu.get("hist", {}).get("nonfinite", 0) > ou.get("hist", {}).get("nonfinite", 0):
             out.append(f"{tensor}: NaN/Inf appeared")
         nb, ob = m.get("bound"), om.get("bound")
+        if nb is not None and ob is None:  # fail closed: nothing to compare the violations with
+            out.append(f"{tensor}: baseline lacks the bound (bless a new baseline)")
         grew = nb is not None and ob is not None and (
             nb["violations"] > ob["violations"] + reg["max_new_violations"]
         )

@@ -35,3 +35,27 @@ def test_the_self_test_covers_every_spec_and_every_output_here() -> None:
     assert selftest.run_selftest(tol, "blockattn", device) == []
     assert [s.name for s in selftest.SELFTEST_SPECS] == selftest.CHECKED
     assert len(selftest.SELFTEST_SPECS) >= 2
+
+
+def _rec(quantiles: dict | None = None, bound: dict | None = None) -> dict:
+    ulp = {"pct_correctly_rounded": 99.0, "quantiles": {"p50": 0.3, "p99.99": 2.0}
+           if quantiles is None else quantiles, "hist": {"nonfinite": 0}}  # fmt: skip
+    t = {"numel": 1000, "ulp": ulp, "bound": {"violations": 0} if bound is None else bound}
+    return {"case_id": "plai-bflo-0", "spec": {"source": "corpus"}, "under_test": "blockattn",
+            "providers": {"blockattn": {"status": "ok", "tensors": {"O": t}}}}  # fmt: skip
+
+
+@pytest.mark.parametrize(("old", "why"), [
+    (_rec(quantiles={"p50": 0.3}), "p99.99 ulp quantile missing from the baseline"),
+    (_rec(bound={}), None),  # a bound with its fields: compared below
+])  # fmt: skip
+def test_regression_rules_fail_closed_on_missing_inputs(old: dict, why: str | None) -> None:
+    # issue 21, item 17: every rule fails closed when an input it needs is missing
+    tol = tolerances.load(tolerances.default_tolerance_dir() / "v4.toml")
+    new = _rec()
+    if why is None:
+        old["providers"]["blockattn"]["tensors"]["O"]["bound"] = None
+        why = "baseline lacks the bound"
+    regs = verdict.regressions(new, old, tol, "blockattn")
+    assert any(why in r for r in regs), regs
+    assert verdict.regressions(new, _rec(), tol, "blockattn") == []  # complete: no complaint
