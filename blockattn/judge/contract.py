@@ -257,12 +257,8 @@ class Battery:
                 nonfinite = int((~torch.isfinite(x)).sum())
                 if nonfinite:
                     why.append(f"{key}: {nonfinite} NaN/Inf outside the poisoned sequence")
-                elif det and not torch.equal(_bits(x), _bits(y)):
-                    n = int((_bits(x) != _bits(y)).sum())
-                    why.append(f"{key}: {n} elements outside the poisoned sequence differ "
-                               "bitwise from the clean run")  # fmt: skip
-                elif not det and not torch.allclose(x.float(), y.float(), **_tol(x.dtype)):
-                    why.append(f"{key}: outside the poisoned sequence, differs from the clean run")
+                elif m := _mismatch(x, y, det):
+                    why.append(f"{key}: outside the poisoned sequence, {m} from the clean run")
             self.add("containment", p.name, not why, "; ".join(why) + f" [{p.note}]" if why
                      else p.note)  # fmt: skip
 
@@ -303,12 +299,8 @@ class Battery:
         det = self.prov.supports.deterministic
         why = []
         for key in KEYS:
-            x, y = out[key], clean[key]
-            if det and not torch.equal(_bits(x), _bits(y)):
-                why.append(f"{key}: {int((_bits(x) != _bits(y)).sum())} elements differ bitwise "
-                           "from the run on the default stream")  # fmt: skip
-            elif not det and not torch.allclose(x.float(), y.float(), **_tol(x.dtype)):
-                why.append(f"{key}: differs from the run on the default stream")
+            if m := _mismatch(out[key], clean[key], det):
+                why.append(f"{key}: {m} from the run on the default stream")
         self.add("streams", p.name, not why, "; ".join(why))
 
     def determinism(self) -> None:
@@ -368,6 +360,16 @@ class Battery:
             raise ValueError(f"--only {self.only!r} matches no probe or property of the battery "
                              f"(properties: {', '.join(PROPERTIES)})")  # fmt: skip
         return self.checks
+
+
+def _mismatch(x: Tensor, y: Tensor, det: bool) -> str:
+    """'' when x matches the reference run y, else how not: bitwise for a provider that
+    declares determinism, within torch.testing's default tolerance for the others."""
+    if det:
+        n = int((_bits(x) != _bits(y)).sum())
+        return f"{n} elements differ bitwise" if n else ""
+    ok = torch.allclose(x.float(), y.float(), **_tol(x.dtype))
+    return "" if ok else "differs beyond torch.testing's default tolerance"
 
 
 def _tol(dtype: torch.dtype) -> dict[str, float]:
