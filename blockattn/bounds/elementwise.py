@@ -11,7 +11,12 @@ For every element with a finite FP64 oracle value r and output y (ERROR_ANALYSIS
   round(r - cE) and round(r + cE): b = max(|round(r - cE) - r|, |round(r + cE) - r|). y violates
   the model when e > b. With E = 0 this is exactly "correctly rounded". Headroom: the ratio
   max(0, e - ulp/2) / (cE) is the pre-store error the stored value implies, as a share of the
-  model's allowance (0: correctly rounded; > 1: violation).
+  model's allowance (0: correctly rounded; > 1: violation). Growth: min over elements with e > 0
+  of b / e, the factor by which the worst element's stored error could grow before it violates.
+* not tiny: the ulp count of an element whose exact value is far below the tensor's scale
+  measures cancellation, not the kernel (sums over values of the scale carry absolute errors of
+  their ulp, which is 2^10 ulps of |r| = 2^-10 max|r|). `ulp.not_tiny` repeats the max ulp and the
+  correctly rounded share over the elements with |r| >= NOT_TINY max |r|.
 
 Everything reduces chunk by chunk on the oracle's device (shape P: 733 M elements per tensor).
 """
@@ -31,6 +36,7 @@ FORMAT: dict[str, tuple[int, int]] = {"bfloat16": (8, -126), "float16": (11, -14
 HIST_LO, HIST_STEP, HIST_BINS = -8.0, 0.25, 192  # log2(e/ulp) from 2^-8 to 2^40 ulp
 QUANTILES = {"p50": 0.5, "p99": 0.99, "p99.9": 0.999, "p99.99": 0.9999}
 LOC_BUCKETS = 256  # blocks merged into at most this many buckets in the localisation view
+NOT_TINY = 2.0**-10  # |r| >= NOT_TINY * max|r|: an element whose ulp count measures the kernel
 
 
 def ulp(r: torch.Tensor, dtype_name: str) -> torch.Tensor:
@@ -131,6 +137,14 @@ def elementwise_metrics(
     y_all, r_all = out.detach().reshape(-1), ref.detach().reshape(-1)
     b_all = None if bound is None else bound.detach().reshape(-1)
     n_fin = n_cr = n_faith = n_exact = n_bad = n_viol = 0
+    n_big = n_big_cr = 0
+    worst_big, growth = 0.0, math.inf
+    r_max = 0.0  # first pass: the tensor's scale, for `not_tiny`
+    for i0 in range(0, r_all.numel(), chunk):
+        r = r_all[i0 : i0 + chunk].to(device=dev, dtype=torch.float64).abs()
+        r = torch.where(torch.isfinite(r), r, torch.zeros_like(r))
+        r_max = max(r_max, float(r.max()) if r.numel() else 0.0)
+    big_at = NOT_TINY * r_max
     hist = torch.zeros(HIST_BINS, dtype=torch.int64, device=dev)
     worst_u, worst_u_at = -1.0, -1
     worst_r, worst_r_at = -1.0, -1
@@ -162,6 +176,11 @@ def elementwise_metrics(
         b_idx = torch.clamp(((lg - HIST_LO) / HIST_STEP).floor(), 0, HIST_BINS - 1).long()
         hist += torch.bincount(b_idx, minlength=HIST_BINS)
         eu_f = torch.where(fin, eu, torch.zeros_like(eu))
+        big = fin & (rf.abs() >= big_at) & (rf != 0)
+        n_big += int(big.sum())
+        n_big_cr += int((big & (eu <= 0.5)).sum())
+        if bool(big.any()):
+            worst_big = max(worst_big, float(torch.where(big, eu, torch.zeros_like(eu)).max()))
         j = int(torch.argmax(eu_f))
         if float(eu_f[j]) > worst_u:
             worst_u, worst_u_at = float(eu_f[j]), i0 + j
@@ -177,6 +196,9 @@ def elementwise_metrics(
                                 torch.clamp(ratio, max=1.0))
             ratio = torch.where(fin, ratio, torch.zeros_like(ratio))
             n_viol += int(viol.sum())
+            g = torch.where(fin & (e > 0), bnd / e, torch.full_like(e, math.inf))
+            if g.numel():
+                growth = min(growth, float(g.min()))
             j = int(torch.argmax(ratio))
             if float(ratio[j]) > worst_r:
                 worst_r, worst_r_at = float(ratio[j]), i0 + j
@@ -196,6 +218,9 @@ def elementwise_metrics(
         "hist": {"log2_lo": HIST_LO, "log2_step": HIST_STEP, "counts": counts,
                  "exact": n_exact, "nonfinite": n_bad},
         "worst": None,
+        "not_tiny": {"rel": NOT_TINY, "n": n_big,
+                     "pct_correctly_rounded": 100.0 * n_big_cr / n_big if n_big else 100.0,
+                     "max": worst_big if math.isfinite(worst_big) else None},
     }
     if n_bad:
         res_ulp["quantiles"]["max"] = None
@@ -212,6 +237,7 @@ def elementwise_metrics(
             "pct_violations": 100.0 * n_viol / n_fin if n_fin else 0.0,
             "max_ratio": worst_r if math.isfinite(worst_r) and worst_r >= 0 else
             (0.0 if worst_r < 0 else None),
+            "growth": growth if math.isfinite(growth) else None,
             "worst": None,
             "loc": None,
         }

@@ -198,7 +198,7 @@ def _table(
 _BOUND_HEADERS = [
     "provider", "tensor", "case set", "cases", "bound (accuracy model)", "violations",
     "max err / bound", "headroom", "% &le; 0.5 ulp", "% &le; 1 ulp", "p99.99 ulp", "max ulp",
-    "max err / floor", "NaN/Inf",
+    "max ulp, not tiny", "max err / floor", "NaN/Inf",
 ]  # fmt: skip
 
 
@@ -214,6 +214,7 @@ def _bound_cells(row: dict[str, Any]) -> list[str]:
         f"<b>{_esc(row['headroom'])}</b>",
         _esc(_pct(row["pct_correctly_rounded"])), _esc(_pct(row["pct_faithful"])),
         _esc(_f(row["p99_99_ulp"])), _esc(_f(row["max_ulp"])),
+        _esc(_f(row.get("max_ulp_not_tiny"))),
         _esc(_f(row["max_ratio_to_floor"])), str(row["nonfinite_bad"]),
     ]  # fmt: skip
 
@@ -226,11 +227,14 @@ def _bound_section_html(rows: list[dict[str, Any]]) -> str:
         f"<h2 id='bounds'>Accuracy per provider x tensor: {n_fail} of {len(rows)} row(s) fail</h2>",
         "<p class='note'>Failing rows first (red: an element beyond its bound, or NaN/Inf where "
         "the oracle is finite). <b>max err / bound</b> is the worst element's error as a share "
-        "of what its accuracy model allows (&gt; 1 violates); <b>headroom</b> = the allowance over "
-        "the least pre-store error the stored value implies (e &minus; ulp/2): an upper bound on "
-        "how far that error could grow, not a promise. ulp columns: error in ulps of the exact "
-        "value; p99.99 and max are the worst case's, and reach 1e12 where the exact value is "
-        "near 0 (a tiny ulp) while the element is within its bound.</p>",
+        "of what its accuracy model allows, measured on the pre-store error the stored value "
+        "implies "
+        "(e &minus; ulp/2; &gt; 1 violates); <b>headroom</b> = min over elements of bound / error: "
+        "the factor by which the worst element's stored error could grow before it violates. ulp "
+        "columns: error in ulps of the exact value; p99.99 and max are the worst case's, and "
+        "reach 1e12 where the exact value is near 0 (a tiny ulp) while the element is within its "
+        "bound; <b>not tiny</b> repeats max over the elements whose exact value is at least "
+        "2^-10 of the tensor's largest.</p>",
     ]
     if shown:
         cls = ["fail" if r["failing"] else "pass" for r in shown]
@@ -383,8 +387,9 @@ def report_markdown(
         f"## Accuracy per provider x tensor: {n_fail} of {len(rows)} row(s) fail",
         "",
         "| provider | tensor | case set | cases | bound | violations | max err/bound | headroom "
-        "| % <= 0.5 ulp | % <= 1 ulp | p99.99 ulp | max ulp | max err/floor | NaN/Inf | result |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| % <= 0.5 ulp | % <= 1 ulp | p99.99 ulp | max ulp | max ulp, not tiny | max err/floor "
+        "| NaN/Inf | result |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         model = ", ".join(r["bound_models"]) or "none"
@@ -393,7 +398,8 @@ def report_markdown(
             f"{r['n']} | {model} | {r['violations_text']} | "
             f"{_f(r['max_bound_ratio']) if r['n_bounded'] else '-'} | {r['headroom']} | "
             f"{_pct(r['pct_correctly_rounded'])} | {_pct(r['pct_faithful'])} | "
-            f"{_f(r['p99_99_ulp'])} | {_f(r['max_ulp'])} | {_f(r['max_ratio_to_floor'])} | "
+            f"{_f(r['p99_99_ulp'])} | {_f(r['max_ulp'])} | {_f(r.get('max_ulp_not_tiny'))} | "
+            f"{_f(r['max_ratio_to_floor'])} | "
             f"{r['nonfinite_bad']} | {'FAIL' if r['failing'] else 'ok'} |"
         )
     md += ["", "## Oracle self-check", ""]

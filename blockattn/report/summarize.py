@@ -216,10 +216,12 @@ def elementwise_summary(ms: list[dict[str, Any]]) -> dict[str, Any]:
         "pct_faithful": _wmean([(u.get("pct_faithful"), w) for u, w in us]),
         "p99_99_ulp": None,
         "max_ulp": None,
+        "max_ulp_not_tiny": None,
         "n_bounded": len(bs),
         "violations": None,
         "pct_violations": None,
         "max_bound_ratio": None,
+        "min_growth": None,
         "bound_models": sorted(
             {f"{b.get('model', '?')} c={_f(b.get('c'), 'g')}" for b, _, _ in bs}
         ),
@@ -230,6 +232,12 @@ def elementwise_summary(ms: list[dict[str, Any]]) -> dict[str, Any]:
         out["p99_99_ulp"] = max(_inf(q.get("p99.99")) for q in qs if "p99.99" in q)
     if any("max" in q for q in qs):
         out["max_ulp"] = max(_inf(q.get("max")) for q in qs if "max" in q)
+    nts = [u["not_tiny"] for u, _ in us if u.get("not_tiny")]
+    if nts:
+        out["max_ulp_not_tiny"] = max(_inf(nt.get("max")) for nt in nts)
+    gs = [b["growth"] for b, _, _ in bs if "growth" in b]
+    if gs:  # None: every element exact in that case
+        out["min_growth"] = min((g for g in gs if g is not None), default=math.inf)
     if bs:
         out["violations"] = sum(int(b.get("violations") or 0) for b, _, _ in bs)
         out["pct_violations"] = _wmean([(b.get("pct_violations"), w) for b, w, _ in bs])
@@ -258,13 +266,16 @@ def _viol(row: dict[str, Any]) -> str:
 
 
 def _headroom(row: dict[str, Any]) -> str:
-    """bound / worst error: how many times the worst element could grow before violating."""
+    """min over elements of bound / error: the factor by which the worst element's stored error
+    could grow before it violates ("-" for records written before `growth` existed)."""
     if not row.get("n_bounded"):
         return "-"
-    r = row["max_bound_ratio"]
-    if row.get("n_violating") or r > 1.0:
+    if row.get("n_violating") or row["max_bound_ratio"] > 1.0:
         return "VIOLATED"
-    return "inf" if r == 0.0 else f"{1.0 / r:.3g}x"
+    g = row.get("min_growth")
+    if g is None:
+        return "-"
+    return "exact" if math.isinf(g) else f"{g:.3g}x"
 
 
 def _ulp_cols(row: dict[str, Any]) -> list[str]:
@@ -273,12 +284,14 @@ def _ulp_cols(row: dict[str, Any]) -> list[str]:
         _pct(row.get("pct_faithful")),
         _f(row.get("p99_99_ulp")),
         _f(row.get("max_ulp")),
+        _f(row.get("max_ulp_not_tiny")),
         _viol(row),
         _headroom(row),
     ]
 
 
-ULP_HEADER = "% correctly rounded | % faithful | p99.99 ulp | max ulp | violations | headroom"
+ULP_HEADER = ("% correctly rounded | % faithful | p99.99 ulp | max ulp | max ulp, not tiny | "
+              "violations | headroom")
 
 
 def _loc_ranges(idx: list[int], n: int, max_parts: int = 4) -> str:
@@ -452,11 +465,11 @@ def elementwise_markdown(
         "ulp = error in units in the last place of the exact value in the case dtype; "
         "p99.99 / max = worst case of the group (an element whose exact value is near 0 has a "
         "tiny ulp, so its ulp count can be huge while it is well within its bound: judge by the "
-        "bound columns). violations = elements beyond the model's bound. headroom = the model's "
-        "pre-store allowance cE over the least pre-store error the stored value implies "
-        "(e - ulp/2) at the worst element: an upper bound on how far that error could grow, not "
-        "a promise (the true pre-store error can be larger than implied; a kernel with 2x the "
-        "pre-store error can violate where headroom reads 50x). VIOLATED: a violation.",
+        "bound columns). max ulp, not tiny = the same over the elements whose exact value is at "
+        "least 2^-10 of the tensor's largest (below that an ulp count measures cancellation, not "
+        "the kernel). violations = elements beyond the model's bound. headroom = min over "
+        "elements of bound / error: the factor by which the worst element's stored error could "
+        "grow before it violates (exact: no element has an error). VIOLATED: a violation.",
     ]
     if shown:
         lines += ["", *head, *map(line, shown)]

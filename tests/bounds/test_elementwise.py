@@ -123,3 +123,24 @@ def test_overflowing_bound_and_nonfinite_values_stay_json_safe() -> None:
     json.dumps(m, allow_nan=False)
     assert m["bound"]["violations"] == 0  # inf output within an overflowing allowance
     assert m["nonfinite_bad"] == 1
+
+
+def test_growth_and_not_tiny_known_answers() -> None:
+    """bf16 (ulp 2^-8 in [0.5, 1)), allowance cE = 2^-6 everywhere:
+    r = 1 stored exactly; r = 2^-12 (below 2^-10 max|r|: tiny) off by 2^-15 = 16 of its ulps
+    (2^-19); r = 0.5 off by one ulp 2^-8. Growth = min b / e: at 0.5, b = 2^-6 (0.5 +- 2^-6 are
+    bf16 numbers) over e = 2^-8 -> 4; at the tiny one b ~ 2^-6 over 2^-15 -> ~512. Not tiny:
+    the max ulp and the correctly rounded share over {1, 0.5}: 1 ulp and 50 %."""
+    ref = torch.tensor([1.0, 2.0**-12, 0.5], dtype=torch.float64)
+    out = torch.tensor([1.0, 2.0**-12 + 2.0**-15, 0.5 + 2.0**-8], dtype=torch.float64)
+    m = elementwise_metrics(out, ref, "bfloat16", bound=torch.full((3,), 2.0**-6), c=1.0)
+    assert m["ulp"]["quantiles"]["max"] == 16.0
+    nt = m["ulp"]["not_tiny"]
+    assert (nt["n"], nt["max"], nt["pct_correctly_rounded"]) == (2, 1.0, 50.0)
+    assert m["bound"]["growth"] == 4.0
+    assert m["bound"]["violations"] == 0
+    exact = elementwise_metrics(ref, ref, "bfloat16", bound=torch.full((3,), 2.0**-6), c=1.0)
+    assert exact["bound"]["growth"] is None  # no element has an error to grow
+    # a violation reads as growth < 1
+    bad = elementwise_metrics(out, ref, "bfloat16", bound=torch.full((3,), 2.0**-10), c=1.0)
+    assert bad["bound"]["violations"] == 1 and bad["bound"]["growth"] < 1.0

@@ -52,6 +52,7 @@ def ulp(
     p9999: float | None = 0.9,
     mx: float | None = 1.2,
     h: dict[str, Any] | None = None,
+    not_tiny: float | None = 0.75,
 ) -> dict[str, Any]:
     return {
         "pct_correctly_rounded": cr,
@@ -60,6 +61,7 @@ def ulp(
         "hist": h or hist({-3.0: 500, -1.5: 400, -0.75: 90, 0.1: 10}, exact=20),
         "worst": {"token": 5, "head": 1, "dim": 7, "seq": 0, "block": 0, "row": 5,
                   "value": 1.0, "oracle": 0.99, "ulp": mx},
+        "not_tiny": {"rel": 2.0**-10, "n": 900, "pct_correctly_rounded": cr, "max": not_tiny},
     }  # fmt: skip
 
 
@@ -86,12 +88,14 @@ def bound(
     loc: dict[str, Any] | None = None,
     model: str = "fwd-v1",
     c: float = 2.0,
+    growth: float | None = 2.0,
 ) -> dict[str, Any]:
     worst = {"token": 50, "head": 2, "dim": 3, "seq": 0, "block": 0, "row": 50,
              "value": 1.5, "oracle": 1.0, "err": 0.5, "bound": 0.125}  # fmt: skip
     return {
         "model": model, "c": c, "model_sha": "0" * 12, "violations": violations,
-        "pct_violations": pct, "max_ratio": max_ratio, "worst": worst if violations else None,
+        "pct_violations": pct, "max_ratio": max_ratio, "growth": growth,
+        "worst": worst if violations else None,
         "loc": loc if violations else None,
     }  # fmt: skip
 
@@ -220,10 +224,10 @@ def row_of(rows: list[dict[str, str]], **want: str) -> dict[str, str]:
 
 
 def test_elementwise_markdown_shows_the_records_numbers() -> None:
-    ua = ulp(cr=97.5, faithful=99.0, p9999=0.9, mx=2.0)
-    ub = ulp(cr=99.5, faithful=100.0, p9999=1.4, mx=3.5)
-    a = single("plai-bflo-a", tm(numel=1000, ulp_=ua, bound_=bound(max_ratio=0.25)))
-    b = single("plai-bflo-b", tm(numel=3000, ulp_=ub, bound_=bound(max_ratio=0.5)))
+    ua = ulp(cr=97.5, faithful=99.0, p9999=0.9, mx=2.0, not_tiny=1.25)
+    ub = ulp(cr=99.5, faithful=100.0, p9999=1.4, mx=3.5, not_tiny=0.5)
+    a = single("plai-bflo-a", tm(numel=1000, ulp_=ua, bound_=bound(max_ratio=0.25, growth=7.5)))
+    b = single("plai-bflo-b", tm(numel=3000, ulp_=ub, bound_=bound(max_ratio=0.5, growth=3.0)))
     md = elementwise_markdown([a, b])
     row = row_of(table(md), provider="blockattn", tensor="O")
     assert row["cases"] == "2"
@@ -231,8 +235,9 @@ def test_elementwise_markdown_shows_the_records_numbers() -> None:
     assert row["% faithful"] == "99.75"  # (99 * 1000 + 100 * 3000) / 4000
     assert row["p99.99 ulp"] == "1.4"  # worst case's: an upper bound of the pooled quantile
     assert row["max ulp"] == "3.5"
+    assert row["max ulp, not tiny"] == "1.25"  # max(1.25, 0.5)
     assert row["violations"] == "0 (0%)"
-    assert row["headroom"] == "2x"  # 1 / max(0.25, 0.5)
+    assert row["headroom"] == "3x"  # min(7.5, 3): the worst case's growth factor
     assert row["bound model"] == "fwd-v1 c=2"
     assert "Bound violations" not in md  # nothing violated: no case list
 
@@ -549,8 +554,10 @@ def test_html_is_built_not_pasted_markdown(tmp_path: Path) -> None:
 def test_bound_rows_failures_first_in_red(tmp_path: Path) -> None:
     rng = random.Random(5)
     ratios = [rng.uniform(0.05, 0.9) for _ in range(3)]
-    clean = [single(f"plai-bflo-c{i}", tm(ulp_=ulp(), bound_=bound(max_ratio=x)), tensor="dQ")
-             for i, x in enumerate(ratios)]  # fmt: skip
+    growths = [rng.uniform(1.5, 90.0) for _ in range(3)]
+    clean = [single(f"plai-bflo-c{i}", tm(ulp_=ulp(), bound_=bound(max_ratio=x, growth=g)),
+                    tensor="dQ")
+             for i, (x, g) in enumerate(zip(ratios, growths, strict=True))]  # fmt: skip
     page, _, _ = _render(tmp_path, [*clean, violating_record("head")])
     sec = page[page.index("id='bounds'") : page.index("id='provenance'")]
     assert "1 of 5 row(s) fail" in sec  # blockattn O, dQ, dK; eager O, dK
@@ -558,9 +565,9 @@ def test_bound_rows_failures_first_in_red(tmp_path: Path) -> None:
     assert rows[0] == ("fail", "blockattn", "dK")
     assert [r[0] for r in rows].count("fail") == 1
     assert ("pass", "blockattn", "dQ") in rows[1:]
-    # headroom = 1 / worst max err/bound over the group's cases, as summarize._headroom has it
+    # headroom = the least growth factor over the group's cases, as summarize._headroom has it
     dq = sec[sec.index("<b>dQ</b>") :]
-    assert f"<b>{1 / max(ratios):.3g}x</b>" in dq[: dq.index("</tr>")]
+    assert f"<b>{min(growths):.3g}x</b>" in dq[: dq.index("</tr>")]
     assert "<b>VIOLATED</b>" in sec[: sec.index("<b>dQ</b>")]
     assert "tr.fail td{background:#" in page  # red rows are styled
 
