@@ -1,9 +1,9 @@
-"""A/B timing of two versions of blockattn/kernels/attention.py in one run (same GPU, same
-inputs, same copy ceiling): the working tree's kernels (B) against a saved copy (A), e.g. the
-last commit's, to measure what a kernel change costs.
+"""A/B timing of two versions of the kernels in one run (same GPU, same inputs, same copy
+ceiling): the working tree's blockattn/kernels (B) against a saved copy of that folder (A), e.g.
+the last commit's, to measure what a kernel change costs.
 
-    git show HEAD:blockattn/kernels/attention.py > .ab/attention_a.py
-    python benchmarks/ab_kernels.py --a .ab/attention_a.py --out DIR
+    mkdir -p .ab/a && git archive HEAD blockattn/kernels | tar -x -C .ab/a --strip-components 2
+    python benchmarks/ab_kernels.py --a .ab/a --out DIR      # .ab is git-ignored: carry it
 
 Shape P (B=1152, max_len=4096, sparsity 0.7, H=4, bf16) at D=128 and D=64, plain and rotary,
 fwd and bwd; medians of triton.testing.do_bench; the copy ceiling measured in the same run.
@@ -20,18 +20,36 @@ from pathlib import Path
 
 import torch
 
+_PKG = "blockattn_kernels_a"
 
-def _load(path: Path, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+
+def _load(folder: Path):
+    """The saved kernels folder as its own package (its imports of blockattn.kernels.X that it
+    holds pointed at itself; Triton needs real source files, so they are written out)."""
+    import re
+    import tempfile
+
+    root = Path(tempfile.mkdtemp(prefix="ab_"))
+    pkg = root / _PKG
+    pkg.mkdir()
+    names = {p.stem for p in folder.glob("*.py")} - {"__init__", "tiles"}
+    for src in folder.glob("*.py"):
+        text = src.read_text()
+        for name in names:
+            text = re.sub(rf"from blockattn\.kernels\.{name} import", f"from {_PKG}.{name} import",
+                          text)
+            text = re.sub(rf"from blockattn\.kernels import {name} as",
+                          f"from {_PKG} import {name} as", text)
+        (pkg / src.name).write_text(text)
+    (pkg / "__init__.py").touch()
+    sys.path.insert(0, str(root))
+    return importlib.import_module(f"{_PKG}.dispatch")
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--a", type=Path, required=True, help="saved attention.py (version A)")
+    ap.add_argument("--a", type=Path, required=True,
+                    help="saved copy of blockattn/kernels (version A)")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--rep-ms", type=float, default=200.0)
     args = ap.parse_args()
@@ -41,7 +59,7 @@ def main() -> int:
     from blockattn.kernels.tiles import build_tile_table
     from blockattn.run.execute import device_info, git_commit
 
-    ka = _load(args.a, "attention_a")
+    ka = _load(args.a)
     dev = torch.device("cuda")
     ceiling = copy_ceiling(4 << 30, 25, args.rep_ms, False)
     rows = []

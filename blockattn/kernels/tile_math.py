@@ -96,6 +96,15 @@ def _tile(base, start, n, h, stride_t, stride_h, BLOCK: tl.constexpr, HEAD_DIM: 
 
 
 @triton.jit
+def _row0(base, start, n, h, stride_t, stride_h, BLOCK: tl.constexpr, HEAD_DIM: tl.constexpr):
+    """Pointers of a (BLOCK, HEAD_DIM) tile whose every row is token `start` (masked if n = 0)."""
+    rows = tl.arange(0, BLOCK)
+    tok = (start + rows * 0).to(tl.int64)
+    ptrs = base + tok[:, None] * stride_t + h * stride_h + tl.arange(0, HEAD_DIM)[None, :]
+    return ptrs, (rows * 0 < n)[:, None]
+
+
+@triton.jit
 def _load(tile):
     ptrs, mask = tile
     return tl.load(ptrs, mask=mask, other=0.0)
@@ -146,7 +155,9 @@ def _centred(x, row0, SIN, start, n, stride_st, ROTATE: tl.constexpr, SPLIT: tl.
     - Rotated tile (fp32 after the rotation): m is the mean of its n valid rows (padded rows
       are 0 and are kept 0), taken before the hi/lo split the rotated tile gets anyway, so no
       MMA is added.
-    - Plain tile: m is the block's first row, re-loaded as a (1, D) tile (`row0`, an L1 hit;
+    - Plain tile: m is the block's first row, re-loaded into every row of a (BLOCK, D) tile
+      (`row0`, L1 hits; loaded at the tile's own shape so that x - m keeps x's register layout:
+      a (1, D) load broadcast forced a column-per-thread layout and scalar shared stores;
       on an H100 a reduction across rows cost more than one more MMA). x - m is exact in fp32
       but not in the input dtype, so it enters as hi + lo: one extra MMA. Padded rows become -m,
       finite, in columns where P is 0.
@@ -278,14 +289,12 @@ def _bwd_body(q, k, v, do, h, start, n, V, DQ, DK, DV, SIN, stride_vt, stride_vh
     #   shifted dP. The P-weighted mean is shift-invariant, so the second pass only sees terms
     #   of the size of dP - Di and its rounding (and that of P's row sum) stays relative to them.
     if V_EARLY:
-        v_hi, v_lo = _centred(v, _tile(V, start, tl.minimum(n, 1), h, stride_vt, stride_vh, 1,
-                                       HEAD_DIM),
+        v_hi, v_lo = _centred(v, _row0(V, start, n, h, stride_vt, stride_vh, BLOCK, HEAD_DIM),
                               SIN, start, n, stride_st, False, SPLIT, IS_BF16,
                               BLOCK, HALF, INTERPRET)
     p = _probs(q_hi, q_lo, k_hi, k_lo, n, qk_scale, QK_LO, IEEE, INTERPRET, BLOCK)
     if CENTRED and not V_EARLY:
-        v_hi, v_lo = _centred(v, _tile(V, start, tl.minimum(n, 1), h, stride_vt, stride_vh, 1,
-                                       HEAD_DIM),
+        v_hi, v_lo = _centred(v, _row0(V, start, n, h, stride_vt, stride_vh, BLOCK, HEAD_DIM),
                               SIN, start, n, stride_st, ROTATE_V, SPLIT, IS_BF16,
                               BLOCK, HALF, INTERPRET)
     elif not CENTRED:
