@@ -6,8 +6,10 @@
 #            --prefetch 0,1,2,3
 #   phase b: A/B of the working tree's kernels against a saved copy in .ab/a (carried; see
 #            benchmarks/ab_kernels.py), the GPU kernel tests, the stage profile at D=128
-#   phase c: the bench (blockattn, fa2) and compile-check on sm_90
-# Usage: bash benchmarks/gpu_backward.sh b|c OUTDIR [COMMIT]
+#   phase c: compile-check on sm_90 and sm_100; the whole GPU test tier
+#   phase d: every mutant against the H100 baseline; false alarms (12 seeds, every distribution)
+#   phase e: the bench (blockattn, fa2), on whichever GPU the call got
+# Usage: bash benchmarks/gpu_backward.sh b|c|d|e OUTDIR [COMMIT]
 set -uo pipefail
 phase=$1
 out=${2:-$OUT}
@@ -22,6 +24,17 @@ if [ "$phase" = b ]; then
   step stages python3 benchmarks/stage_profile.py --out "$r/stages" --head-dims 128
 fi
 if [ "$phase" = c ]; then
-  step compile python3 -m blockattn compile-check --targets sm_90,sm_100 --jobs 16
-  step bench python3 -m blockattn bench --out "$r/bench" --providers blockattn,fa2
+  step compile timeout 200 python3 -m blockattn compile-check --targets sm_90,sm_100 --jobs 16 \
+    --json "$r/compile_check.json"
+  step pytest_gpu timeout 340 python3 -m pytest -n 8 -m "not slow" -q -p no:cacheprovider
+fi
+if [ "$phase" = d ]; then
+  step mutants timeout 250 python3 -m blockattn mutants --jobs 12 --tolerances v5 \
+    --baseline ci/baselines/h100/report.json --out "$r/mutants"
+  step false_alarms timeout 300 python3 -m blockattn false-alarms --tolerances v5 --seeds 12 \
+    --fuzz 2 --every-distribution --profile gpu --out "$r/false_alarms" --no-progress
+fi
+if [ "$phase" = e ]; then
+  step bench timeout 400 python3 -m blockattn bench --providers blockattn,fa2 --out "$r/bench" \
+    --time-budget-s 360
 fi
