@@ -35,6 +35,6 @@ if [ "$phase" = d ]; then
     --fuzz 2 --every-distribution --profile gpu --out "$r/false_alarms" --no-progress
 fi
 if [ "$phase" = e ]; then
-  step bench timeout 400 python3 -m blockattn bench --providers blockattn,fa2 --out "$r/bench" \
+  step bench timeout 400 python3 -m blockattn bench --providers blockattn,fa2 --out "$r/bench" --no-sweeps \
     --time-budget-s 360
 fi
