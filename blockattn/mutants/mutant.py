@@ -13,6 +13,7 @@ HOPPER = "kernels/attention_hopper.py"
 PREFER_HOPPER = (("BLOCKATTN_KERNEL_PATH", "prefer-hopper"),)
 TILES = "kernels/tiles.py"
 OPS = "ops.py"
+ERROR_BOUND = "../oracles/error_bound.py"  # the FP64 bound: the `oracles` package beside blockattn
 
 
 
@@ -28,3 +29,7 @@ class Mutant:
     # Environment the mutant's worker runs under: a bug in the Hopper path only shows where
     # BLOCKATTN_KERNEL_PATH selects that path.
     env: tuple[tuple[str, str], ...] = ()
+    # Tests of the repository (paths or node ids under tests/) the worker also runs on the
+    # mutated copy: for a bug in the judge that no gate run can show (a bound term, a rule for
+    # inputs the quick tier never has), the judge's own known-answer tests are what kills it.
+    tests: tuple[str, ...] = ()

@@ -45,6 +45,8 @@ def failing_metric(failure: str) -> str:
         return f"crash ({msg.split(':', 1)[0]})"
     if failure.startswith("selftest"):
         return "judge self-test"
+    if failure.startswith("tests: "):
+        return "judge tests"
     if failure.startswith("contract violated: "):
         return "contract: " + failure.removeprefix("contract violated: ").split(" (", 1)[0]
     for pat, name in (
@@ -67,7 +69,7 @@ class Outcome:
     group: str
     description: str
     status: str  # killed | survived | error | timeout (control: passed | killed ...)
-    kind: str | None = None  # killed: "numeric" or "crash" (the kernel raised)
+    kind: str | None = None  # killed: "numeric", "crash" (the kernel raised) or "tests"
     metric: str | None = None
     failure: str | None = None
     case: str | None = None
@@ -83,9 +85,16 @@ def _env_text(env: tuple[tuple[str, str], ...]) -> str:
     return " ".join(f"{k}={v}" for k, v in env)
 
 
+def tests_dir() -> Path:
+    """The repository's tests, which judge mutants with `tests` (a checkout only)."""
+    return PACKAGE_DIR.parent / "tests"
+
+
 def _run_one(m: Mutant | None, plan: dict[str, Any], timeout_s: float,
              control_env: tuple[tuple[str, str], ...] = ()) -> Outcome:
     extra_env = m.env if m else control_env
+    if m is not None:
+        plan = {**plan, "tests": list(m.tests)}
     if m:
         name = m.name
     else:
@@ -98,8 +107,7 @@ def _run_one(m: Mutant | None, plan: dict[str, Any], timeout_s: float,
         plan_p, res_p = Path(tmp, "plan.json"), Path(tmp, "result.json")
         plan_p.write_text(json.dumps(plan))
         env = dict(os.environ)
-        # The copy first (its blockattn wins), then the source checkout for the `oracles`
-        # package, which is never mutated (and is not installed on every machine).
+        # The copy first (its blockattn and oracles win), then the source checkout.
         src_root = str(PACKAGE_DIR.parent)
         env["PYTHONPATH"] = os.pathsep.join(
             [str(root), src_root, *filter(None, [env.get("PYTHONPATH")])]
@@ -134,7 +142,8 @@ def _run_one(m: Mutant | None, plan: dict[str, Any], timeout_s: float,
     out.status, out.case = "killed", first["name"]
     out.failure = first["failures"][0]
     out.metric = failing_metric(out.failure)
-    out.kind = "crash" if out.metric.startswith("crash") else "numeric"
+    out.kind = ("crash" if out.metric.startswith("crash") else
+                "tests" if out.metric == "judge tests" else "numeric")
     return out
 
 
@@ -143,6 +152,7 @@ def make_plan(device: str, tol_path: str, fuzz: int, seed: int, keep_going: bool
 
     ut, bl, provs = default_providers(device)
     return {
+        "tests_root": str(PACKAGE_DIR.parent),
         "tolerances": tol_path,
         "providers": provs,
         "under_test": ut,
@@ -166,8 +176,10 @@ def run_mutants(
         # runs again under each environment a selected mutant needs (the Hopper path's), and
         # the first that fails is the one reported.
         envs = sorted({(), *(m.env for m in mutants)})
+        # ... and runs every test a selected mutant relies on: they must pass unmodified.
+        tests = sorted({t for m in mutants for t in m.tests})
         for env in envs:
-            ctrl = _run_one(None, {**plan, "keep_going": True}, timeout_s, env)
+            ctrl = _run_one(None, {**plan, "keep_going": True, "tests": tests}, timeout_s, env)
             if ctrl.status != "passed":
                 break
         else:

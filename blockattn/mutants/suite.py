@@ -3,12 +3,15 @@ its tolerance file says, so every kernel (the broken ones too) would pass.
 
 They are killed by the judge's known-answer tests (`blockattn/judge/selftest.py`), which every
 mutant worker and every `blockattn gate` runs first, and by the CPU tier's tests of the judge
-(tests/bounds, tests/harness). Anchors follow the catalog's rule: each occurs exactly once.
+(tests/bounds, tests/harness). A bug no gate run can show (a bound term the self-test computes
+with the same code, a rule for an input the quick tier never has) names the tests that kill it
+(`Mutant.tests`): the worker runs them on the mutated copy. Anchors follow the catalog's rule:
+each occurs exactly once.
 """
 
 from __future__ import annotations
 
-from blockattn.mutants.mutant import Mutant
+from blockattn.mutants.mutant import ERROR_BOUND, Mutant
 
 # the verdict's rule for a kernel under test that raised Unsupported at run time
 _REFUSAL = ('            if hard and not res.get("declared"):\n'
@@ -138,5 +141,64 @@ SUITE: tuple[Mutant, ...] = (
         "        if records and shared == 0:\n",
         "        if False:\n",
         "a baseline that shares no case with the run passes (nothing was compared)",
+    ),
+    # --- the held-out kinds of issue 21, item 17: killed by the judge's own tests
+    Mutant(
+        "suite-bound-length-grows-with-d",
+        "suite",
+        ERROR_BOUND,
+        'e_s = e_s + D * (m["u.acc"] * a_qk + m["eta.acc"])',
+        'e_s = e_s + (D * D // 64) * (m["u.acc"] * a_qk + m["eta.acc"])',
+        "the scores' accumulation term counts D^2/64 additions: equal at D=64, 2x looser at 128",
+        tests=("tests/bounds/test_known_answers.py",),
+    ),
+    Mutant(
+        "suite-bound-magnitude-loosened",
+        "suite",
+        ERROR_BOUND,
+        'self.bs * (m["u.acc"] * (p @ av) + m["eta.acc"])',
+        'self.bs * (m["u.acc"] * av.amax(dim=-2, keepdim=True) + m["eta.acc"])',
+        "O's accumulation term uses max |V| instead of P |V| (a looser upper bound)",
+        tests=("tests/bounds/test_known_answers.py",),
+    ),
+    Mutant(
+        "suite-zero-exact-values-ignored",
+        "suite",
+        EL,
+        "        fin = torch.isfinite(r)\n",
+        "        fin = torch.isfinite(r) & (r != 0)\n",
+        "elements whose exact value is 0 (structural zeros: one-token blocks' gradients) are "
+        "never judged",
+        tests=("tests/bounds/test_zeros_and_subnormals.py",),
+    ),
+    Mutant(
+        "suite-missing-quantile-skipped",
+        "suite",
+        VERDICT,
+        "                out.append(f\"{tensor}: {q} ulp quantile missing from the \"\n",
+        "                continue\n"
+        "                out.append(f\"{tensor}: {q} ulp quantile missing from the \"\n",
+        "a regression rule whose quantile is missing from the run or the baseline is skipped",
+        tests=("tests/harness/test_refusals.py",),
+    ),
+    Mutant(
+        "suite-selftest-narrowed",
+        "suite",
+        "judge/selftest.py",
+        "    for spec in SELFTEST_SPECS:\n",
+        "    for spec in SELFTEST_SPECS[:1]:\n",
+        "the judge's self-test checks only its first spec (plain bf16)",
+        tests=("tests/harness/test_refusals.py",),
+    ),
+    Mutant(
+        "suite-plugin-refusal-skipped",
+        "suite",
+        "pytest_plugin.py",
+        "        if v.passed and v.skipped:\n",
+        "        if (rec[\"providers\"].get(p.under_test) or {}).get(\"status\") == \"unsupported\""
+        ":\n",
+        "the pytest plugin skips every run-time refusal, declared by Supports or not",
+        tests=("tests/plugin/test_pytest_plugin.py::"
+               "test_a_refusal_its_supports_did_not_declare_fails_not_skips",),
     ),
 )

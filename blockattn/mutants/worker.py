@@ -17,6 +17,28 @@ import time
 from pathlib import Path
 
 
+def _judge_tests(tests: list[str], root: Path) -> list[str] | None:
+    """Run the repository's tests `tests` on this copy (first on sys.path); the failing node
+    ids as failure lines ([] when all pass), None when the tests are not there."""
+    import subprocess
+
+    if not all((root / t.split("::", 1)[0]).is_file() for t in tests):
+        print(f"worker: tests {tests} not found under {root} (run from a checkout)",
+              file=sys.stderr)
+        return None
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(root),
+         *[str(root / t) for t in tests]],
+        cwd=os.getcwd(), env=env, capture_output=True, text=True,
+    )
+    if proc.returncode == 0:
+        return []
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(("FAILED", "ERROR"))]
+    return [f"tests: {ln}" for ln in lines] or [f"tests: pytest exit {proc.returncode}: "
+                                                f"{proc.stdout[-300:]}"]
+
+
 def main(argv: list[str] | None = None) -> int:
     from blockattn.run import env
 
@@ -49,6 +71,14 @@ def main(argv: list[str] | None = None) -> int:
     if problems:
         cases.append({"case_id": "selftest", "name": "judge self-test", "passed": False,
                       "failures": problems})
+    elif plan.get("tests"):
+        failed = _judge_tests(plan["tests"], Path(plan["tests_root"]))
+        if failed is None:
+            return 4  # the tests are not there: neither killed nor survived
+        if failed:
+            problems = failed
+            cases.append({"case_id": "tests", "name": "judge tests", "passed": False,
+                          "failures": failed})
     # Judged as `blockattn gate` judges: per-case verdicts, then the run-level decision
     # (zero cases, regressions vs the plan's baseline report when it names one).
     from blockattn.judge.gate_rules import decide

@@ -33,6 +33,12 @@ def clean(q, k, v, offsets, *, block_size, scale, sinu_pos, rotate_v):
 
 
 @kernel(supports=SUP, accuracy_model="fp32-split-operands")
+def refuser(q, k, v, offsets, *, block_size, scale, sinu_pos, rotate_v):
+    # refuses at run time a case its Supports declares: a failure, never a skip
+    raise blockattn.providers.Unsupported("refuser: not today")
+
+
+@kernel(supports=SUP, accuracy_model="fp32-split-operands")
 def buggy(q, k, v, offsets, *, block_size, scale, sinu_pos, rotate_v):
     return blockattn.block_attention(q, k, v, offsets, block_size=block_size,
                                      scale=scale * 1.01, sinu_pos=sinu_pos, rotate_v=rotate_v)
@@ -182,3 +188,15 @@ def test_triton_imported_before_the_plugin_is_a_clear_usage_error(repo: Path, de
     r = _pytest(repo, "-q", "-p", "early_triton", "--blockattn-provider", "scratchmod:clean")
     assert r.returncode == 4, _out(r)
     assert "imported before the blockattn plugin could set TRITON_INTERPRET=1" in r.stderr, _out(r)
+
+
+def test_a_refusal_its_supports_did_not_declare_fails_not_skips(repo: Path) -> None:
+    # issue 21, item 17: the plugin must not turn an undeclared run-time refusal into a skip
+    # the plugin's own case item and the user's fixture-based test, no battery
+    r = _pytest(repo, "-q", "--blockattn-provider", "scratchmod:refuser",
+                "--blockattn-corpus-only", "--blockattn-variant", "plain",
+                "--blockattn-no-contract",
+                *_case_args(["edge-lengths-plain-bf16"]))  # fmt: skip
+    assert r.returncode == 1, _out(r)
+    assert "refused at run time" in r.stdout, _out(r)
+    assert re.search(r"\b2 failed\b", r.stdout) and "skipped" not in r.stdout, _out(r)
