@@ -9,7 +9,9 @@
 #   phase c: compile-check on sm_90 and sm_100; the whole GPU test tier
 #   phase d: every mutant against the H100 baseline; false alarms (12 seeds, every distribution)
 #   phase e: the bench (blockattn, fa2), on whichever GPU the call got
-# Usage: bash benchmarks/gpu_backward.sh b|c|d|e OUTDIR [COMMIT]
+#   phase f: after the judge mutants (issue 21): every mutant against the H100 baseline; the
+#            tests changed since phase c (plugin, mutants, bounds)
+# Usage: bash benchmarks/gpu_backward.sh b|c|d|e|f OUTDIR [COMMIT]
 set -uo pipefail
 phase=$1
 out=${2:-$OUT}
@@ -37,4 +39,10 @@ fi
 if [ "$phase" = e ]; then
   step bench timeout 400 python3 -m blockattn bench --providers blockattn,fa2 --out "$r/bench" --no-sweeps \
     --time-budget-s 360
+fi
+if [ "$phase" = f ]; then
+  step mutants timeout 300 python3 -m blockattn mutants --jobs 12 --tolerances v5 \
+    --baseline ci/baselines/h100/report.json --out "$r/mutants"
+  step pytest_changed timeout 250 python3 -m pytest -n 8 -m "not slow" -q -p no:cacheprovider \
+    tests/plugin tests/mutants tests/bounds tests/harness/test_refusals.py
 fi
