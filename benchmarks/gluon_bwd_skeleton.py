@@ -164,7 +164,87 @@ def _bwd_skeleton(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, n_
         mbarrier.invalidate(bars.index(i))
 
 
-def skeleton_bwd(q, k, v, do, programs: int, split: bool = False):
+@gluon.jit
+def _bwd_two_cta(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, n_tiles, qk_scale,
+                 sm_scale, H: gl.constexpr, num_warps: gl.constexpr):
+    """The split skeleton in 112 KB of shared memory, so 2 CTAs (2 chains) share an SM: one
+    stage of inputs; V's hi half overwrites V, the gradients leave from V, V's lo half and dO
+    (each free once its last MMA is done), and the next tile's loads wait for those stores."""
+    BM: gl.constexpr = q_desc.block_type.shape[0]
+    HD: gl.constexpr = q_desc.block_type.shape[1]
+    dtype: gl.constexpr = q_desc.dtype
+    lay: gl.constexpr = q_desc.layout
+    q_s = gl.allocate_shared_memory(dtype, [BM, HD], lay)
+    k_s = gl.allocate_shared_memory(dtype, [BM, HD], lay)
+    v_s = gl.allocate_shared_memory(dtype, [BM, HD], lay)
+    do_s = gl.allocate_shared_memory(dtype, [BM, HD], lay)
+    vlo_s = gl.allocate_shared_memory(dtype, [BM, HD], lay)
+    pp_lay: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BM, BM], dtype)
+    p_s = gl.allocate_shared_memory(dtype, [2, BM, BM], pp_lay)
+    ds_s = gl.allocate_shared_memory(dtype, [2, BM, BM], pp_lay)
+    bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    mbarrier.init(bar, count=1)
+    s_lay: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                    instr_shape=[16, BM, 16])
+    o_lay: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                    instr_shape=[16, HD, 16])
+    v_lay: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [num_warps, 1], [1, 0])
+    pid = gl.program_id(0)
+    n_prog = gl.num_programs(0)
+    n_my = (n_tiles - pid + n_prog - 1) // n_prog
+    _issue_loads(q_desc, k_desc, v_desc, do_desc, (pid // H) * BM, (pid % H) * HD, bar,
+                 q_s, k_s, v_s, do_s, n_my > 0)
+    for i in range(n_my):
+        t = pid + i * n_prog
+        row = (t // H) * BM
+        col = (t % H) * HD
+        mbarrier.wait(bar, i & 1)
+        zs = gl.zeros([BM, BM], gl.float32, s_lay)
+        sc = warpgroup_mma(q_s, k_s.permute((1, 0)), zs, use_acc=False)
+        v = v_s.load(v_lay).to(gl.float32)
+        vc = v - gl.expand_dims(gl.sum(v, axis=0) / BM, 0)
+        vhi, vlo = _split(vc, dtype)
+        v_s.store(vhi)  # each thread rewrites the elements it read
+        vlo_s.store(vlo)
+        fence_async_shared()
+        dp = warpgroup_mma(do_s, vlo_s.permute((1, 0)), zs, use_acc=False)
+        dp = warpgroup_mma(do_s, v_s.permute((1, 0)), dp)
+        sc = sc * qk_scale
+        m = gl.max(sc, axis=1)
+        p = gl.exp2(sc - gl.expand_dims(m, 1))
+        p = p / gl.expand_dims(gl.sum(p, axis=1), 1)
+        dp = dp - gl.expand_dims(gl.sum(p * dp, axis=1), 1)
+        di = gl.sum(p * dp, axis=1)
+        ds = p * (dp - gl.expand_dims(di, 1))
+        phi, plo = _split(p, dtype)
+        dshi, dslo = _split(ds, dtype)
+        p_s.index(0).store(phi)
+        p_s.index(1).store(plo)
+        ds_s.index(0).store(dshi)
+        ds_s.index(1).store(dslo)
+        fence_async_shared()
+        zo = gl.zeros([BM, HD], gl.float32, o_lay)
+        dv = warpgroup_mma(p_s.index(1).permute((1, 0)), do_s, zo, use_acc=False)
+        dv = warpgroup_mma(p_s.index(0).permute((1, 0)), do_s, dv)
+        dq = warpgroup_mma(ds_s.index(1), k_s, zo, use_acc=False)
+        dq = warpgroup_mma(ds_s.index(0), k_s, dq)
+        dk = warpgroup_mma(ds_s.index(1).permute((1, 0)), q_s, zo, use_acc=False)
+        dk = warpgroup_mma(ds_s.index(0).permute((1, 0)), q_s, dk)
+        v_s.store(dv.to(dtype))
+        vlo_s.store((dq * sm_scale).to(dtype))
+        do_s.store((dk * sm_scale).to(dtype))
+        fence_async_shared()
+        tma.async_copy_shared_to_global(dv_desc, [row, col], v_s)
+        tma.async_copy_shared_to_global(dq_desc, [row, col], vlo_s)
+        tma.async_copy_shared_to_global(dk_desc, [row, col], do_s)
+        tma.store_wait(pendings=0)
+        nxt = t + n_prog
+        _issue_loads(q_desc, k_desc, v_desc, do_desc, (nxt // H) * BM, (nxt % H) * HD, bar,
+                     q_s, k_s, v_s, do_s, i + 1 < n_my)
+    mbarrier.invalidate(bar)
+
+
+def skeleton_bwd(q, k, v, do, programs: int, split: bool = False, two_cta: bool = False):
     T = q.shape[0]
     lay = gl.NVMMASharedLayout.get_default_for([BLOCK, D], gl.bfloat16)
     descs = [TensorDescriptor.from_tensor(x.view(T, H * D), [BLOCK, D], lay)
@@ -173,9 +253,11 @@ def skeleton_bwd(q, k, v, do, programs: int, split: bool = False):
     odescs = [TensorDescriptor.from_tensor(x.view(T, H * D), [BLOCK, D], lay) for x in outs]
     n_tiles = (T // BLOCK) * H
     scale = 1.0 / math.sqrt(D)
-    _bwd_skeleton[(min(programs, n_tiles),)](
-        *descs, odescs[2], odescs[1], odescs[0], n_tiles, scale * 1.4426950408889634, scale,
-        H=H, SPLIT=split, num_warps=4)
+    args = (*descs, odescs[2], odescs[1], odescs[0], n_tiles, scale * 1.4426950408889634, scale)
+    if two_cta:  # always with the splits
+        _bwd_two_cta[(min(2 * programs, n_tiles),)](*args, H=H, num_warps=4)
+    else:
+        _bwd_skeleton[(min(programs, n_tiles),)](*args, H=H, SPLIT=split, num_warps=4)
     dq, dk, dv = outs[2], outs[1], outs[0]
     return dq, dk, dv
 
@@ -224,7 +306,8 @@ def judge(q, k, v, do, sms: int, nb: int) -> dict:
                                                         1 / math.sqrt(D), BLOCK, True,
                                                         grads=grads),
              "gluon_skeleton": skeleton_bwd(qs, ks, vs, ds, sms),
-             "gluon_skeleton_split": skeleton_bwd(qs, ks, vs, ds, sms, True)}
+             "gluon_skeleton_split": skeleton_bwd(qs, ks, vs, ds, sms, True),
+             "gluon_two_cta_split": skeleton_bwd(qs, ks, vs, ds, sms, True, True)}
     out = {}
     for path, got in paths.items():
         for name, y, r in zip(("dQ", "dK", "dV"), got, ref, strict=True):
@@ -278,7 +361,9 @@ def main() -> int:
                                                True, grads=grads)
     for name, fn in (("blockattn_triton", triton_fn),
                      ("gluon_skeleton", lambda: skeleton_bwd(q, k, v, do, sms)),
-                     ("gluon_skeleton_split", lambda: skeleton_bwd(q, k, v, do, sms, True))):
+                     ("gluon_skeleton_split", lambda: skeleton_bwd(q, k, v, do, sms, True)),
+                     ("gluon_two_cta_split",
+                      lambda: skeleton_bwd(q, k, v, do, sms, True, True))):
         fn()
         ms = do_bench(fn, warmup=25, rep=200, return_mode="median")
         res[name] = {"ms": ms, "pct_ceiling": 100 * floor_ms / ms}
