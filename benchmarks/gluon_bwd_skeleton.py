@@ -36,6 +36,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     mbarrier,
     tma,
     warpgroup_mma,
+    warpgroup_mma_wait,
 )
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
@@ -62,7 +63,10 @@ def _split(x, dtype: gl.constexpr):
 
 @gluon.jit
 def _bwd_skeleton(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, n_tiles, qk_scale,
-                  sm_scale, H: gl.constexpr, SPLIT: gl.constexpr, num_warps: gl.constexpr):
+                  sm_scale, H: gl.constexpr, SPLIT: gl.constexpr, ASYNC: gl.constexpr,
+                  num_warps: gl.constexpr):
+    # ASYNC (with SPLIT): independent MMAs are issued together and waited for once (QK^T with
+    # dO V^T, while V is centred in registers; dV with dQ; dK while dV and dQ are stored).
     BM: gl.constexpr = q_desc.block_type.shape[0]
     HD: gl.constexpr = q_desc.block_type.shape[1]
     dtype: gl.constexpr = q_desc.dtype
@@ -109,7 +113,7 @@ def _bwd_skeleton(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, n_
         vb = v_s.index(s)
         dob = do_s.index(s)
         zs = gl.zeros([BM, BM], gl.float32, s_lay)
-        sc = warpgroup_mma(qb, kb.permute((1, 0)), zs, use_acc=False)
+        sc = warpgroup_mma(qb, kb.permute((1, 0)), zs, use_acc=False, is_async=ASYNC)
         if SPLIT:
             # V minus its block's column mean, as hi + lo (blockattn's centred dP: 2 MMAs)
             v = vb.load(v_lay).to(gl.float32)
@@ -119,8 +123,11 @@ def _bwd_skeleton(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, n_
             vc_s.index(0).store(vhi)
             vc_s.index(1).store(vlo)
             fence_async_shared()
-            dp = warpgroup_mma(dob, vc_s.index(1).permute((1, 0)), zs, use_acc=False)
-            dp = warpgroup_mma(dob, vc_s.index(0).permute((1, 0)), dp)
+            dp = warpgroup_mma(dob, vc_s.index(1).permute((1, 0)), zs, use_acc=False,
+                               is_async=ASYNC)
+            dp = warpgroup_mma(dob, vc_s.index(0).permute((1, 0)), dp, is_async=ASYNC)
+            if ASYNC:
+                sc, dp = warpgroup_mma_wait(num_outstanding=0, deps=(sc, dp))
         else:
             dp = warpgroup_mma(dob, vb.permute((1, 0)), zs, use_acc=False)
         sc = sc * qk_scale
@@ -140,7 +147,20 @@ def _bwd_skeleton(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, n_
             ds_s.index(1).store(dslo)
         fence_async_shared()
         zo = gl.zeros([BM, HD], gl.float32, o_lay)
-        if SPLIT:
+        if SPLIT and ASYNC:
+            dv = warpgroup_mma(p_s.index(1).permute((1, 0)), dob, zo, use_acc=False, is_async=True)
+            dv = warpgroup_mma(p_s.index(0).permute((1, 0)), dob, dv, is_async=True)
+            dq = warpgroup_mma(ds_s.index(1), kb, zo, use_acc=False, is_async=True)
+            dq = warpgroup_mma(ds_s.index(0), kb, dq, is_async=True)
+            dv, dq = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dq))
+            dk = warpgroup_mma(ds_s.index(1).permute((1, 0)), qb, zo, use_acc=False,
+                               is_async=True)
+            dk = warpgroup_mma(ds_s.index(0).permute((1, 0)), qb, dk, is_async=True)
+            tma.store_wait(pendings=0)
+            out_s.store(dv.to(dtype))
+            vc_s.index(0).store((dq * sm_scale).to(dtype))
+            dk = warpgroup_mma_wait(num_outstanding=0, deps=(dk,))
+        elif SPLIT:
             dv = warpgroup_mma(p_s.index(1).permute((1, 0)), dob, zo, use_acc=False)
             dv = warpgroup_mma(p_s.index(0).permute((1, 0)), dob, dv)
             dq = warpgroup_mma(ds_s.index(1), kb, zo, use_acc=False)
@@ -151,9 +171,10 @@ def _bwd_skeleton(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, n_
             dv = warpgroup_mma(p_s.index(0).permute((1, 0)), dob, zo, use_acc=False)
             dq = warpgroup_mma(ds_s.index(0), kb, zo, use_acc=False)
             dk = warpgroup_mma(ds_s.index(0).permute((1, 0)), qb, zo, use_acc=False)
-        tma.store_wait(pendings=0)  # the staging buffers of the last tile are free again
-        out_s.store(dv.to(dtype))
-        vc_s.index(0).store((dq * sm_scale).to(dtype))
+        if not (SPLIT and ASYNC):
+            tma.store_wait(pendings=0)  # the staging buffers of the last tile are free again
+            out_s.store(dv.to(dtype))
+            vc_s.index(0).store((dq * sm_scale).to(dtype))
         vc_s.index(1).store((dk * sm_scale).to(dtype))
         fence_async_shared()
         tma.async_copy_shared_to_global(dv_desc, [row, col], out_s)
@@ -244,7 +265,8 @@ def _bwd_two_cta(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, n_t
     mbarrier.invalidate(bar)
 
 
-def skeleton_bwd(q, k, v, do, programs: int, split: bool = False, two_cta: bool = False):
+def skeleton_bwd(q, k, v, do, programs: int, split: bool = False, two_cta: bool = False,
+                 asynchronous: bool = False):
     T = q.shape[0]
     lay = gl.NVMMASharedLayout.get_default_for([BLOCK, D], gl.bfloat16)
     descs = [TensorDescriptor.from_tensor(x.view(T, H * D), [BLOCK, D], lay)
@@ -257,7 +279,8 @@ def skeleton_bwd(q, k, v, do, programs: int, split: bool = False, two_cta: bool 
     if two_cta:  # always with the splits
         _bwd_two_cta[(min(2 * programs, n_tiles),)](*args, H=H, num_warps=4)
     else:
-        _bwd_skeleton[(min(programs, n_tiles),)](*args, H=H, SPLIT=split, num_warps=4)
+        _bwd_skeleton[(min(programs, n_tiles),)](*args, H=H, SPLIT=split, ASYNC=asynchronous,
+                                                 num_warps=4)
     dq, dk, dv = outs[2], outs[1], outs[0]
     return dq, dk, dv
 
@@ -307,7 +330,8 @@ def judge(q, k, v, do, sms: int, nb: int) -> dict:
                                                         grads=grads),
              "gluon_skeleton": skeleton_bwd(qs, ks, vs, ds, sms),
              "gluon_skeleton_split": skeleton_bwd(qs, ks, vs, ds, sms, True),
-             "gluon_two_cta_split": skeleton_bwd(qs, ks, vs, ds, sms, True, True)}
+             "gluon_two_cta_split": skeleton_bwd(qs, ks, vs, ds, sms, True, True),
+             "gluon_skeleton_split_async": skeleton_bwd(qs, ks, vs, ds, sms, True, False, True)}
     out = {}
     for path, got in paths.items():
         for name, y, r in zip(("dQ", "dK", "dV"), got, ref, strict=True):
@@ -363,7 +387,9 @@ def main() -> int:
                      ("gluon_skeleton", lambda: skeleton_bwd(q, k, v, do, sms)),
                      ("gluon_skeleton_split", lambda: skeleton_bwd(q, k, v, do, sms, True)),
                      ("gluon_two_cta_split",
-                      lambda: skeleton_bwd(q, k, v, do, sms, True, True))):
+                      lambda: skeleton_bwd(q, k, v, do, sms, True, True)),
+                     ("gluon_skeleton_split_async",
+                      lambda: skeleton_bwd(q, k, v, do, sms, True, False, True))):
         fn()
         ms = do_bench(fn, warmup=25, rep=200, return_mode="median")
         res[name] = {"ms": ms, "pct_ceiling": 100 * floor_ms / ms}
