@@ -62,6 +62,26 @@ def _split(x, dtype: gl.constexpr):
 
 
 @gluon.jit
+def _centred_split(vb, v_lay: gl.constexpr, dtype: gl.constexpr):
+    """V (in shared memory) minus its column mean, as hi + lo: blockattn's centred dP operand."""
+    v = vb.load(v_lay).to(gl.float32)
+    return _split(v - gl.expand_dims(gl.sum(v, axis=0) / v.shape[0], 0), dtype)
+
+
+@gluon.jit
+def _probs_and_ds(sc, dp, qk_scale, TWO_PASS: gl.constexpr):
+    """P = softmax of the scores (log2 domain) and dS = P (dP - Di); with TWO_PASS, Di is summed
+    twice, as blockattn's centred backward does."""
+    sc = sc * qk_scale
+    p = gl.exp2(sc - gl.expand_dims(gl.max(sc, axis=1), 1))
+    p = p / gl.expand_dims(gl.sum(p, axis=1), 1)
+    if TWO_PASS:
+        dp = dp - gl.expand_dims(gl.sum(p * dp, axis=1), 1)
+    ds = p * (dp - gl.expand_dims(gl.sum(p * dp, axis=1), 1))
+    return p, ds
+
+
+@gluon.jit
 def _bwd_skeleton(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, n_tiles, qk_scale,
                   sm_scale, H: gl.constexpr, SPLIT: gl.constexpr, ASYNC: gl.constexpr,
                   num_warps: gl.constexpr):
@@ -116,9 +136,7 @@ def _bwd_skeleton(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, n_
         sc = warpgroup_mma(qb, kb.permute((1, 0)), zs, use_acc=False, is_async=ASYNC)
         if SPLIT:
             # V minus its block's column mean, as hi + lo (blockattn's centred dP: 2 MMAs)
-            v = vb.load(v_lay).to(gl.float32)
-            vc = v - gl.expand_dims(gl.sum(v, axis=0) / BM, 0)
-            vhi, vlo = _split(vc, dtype)
+            vhi, vlo = _centred_split(vb, v_lay, dtype)
             tma.store_wait(pendings=0)  # the last tile's gradients have left vc_s
             vc_s.index(0).store(vhi)
             vc_s.index(1).store(vlo)
@@ -130,14 +148,7 @@ def _bwd_skeleton(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, n_
                 sc, dp = warpgroup_mma_wait(num_outstanding=0, deps=(sc, dp))
         else:
             dp = warpgroup_mma(dob, vb.permute((1, 0)), zs, use_acc=False)
-        sc = sc * qk_scale
-        m = gl.max(sc, axis=1)
-        p = gl.exp2(sc - gl.expand_dims(m, 1))
-        p = p / gl.expand_dims(gl.sum(p, axis=1), 1)
-        if SPLIT:  # Di in two passes, as blockattn's centred backward
-            dp = dp - gl.expand_dims(gl.sum(p * dp, axis=1), 1)
-        di = gl.sum(p * dp, axis=1)
-        ds = p * (dp - gl.expand_dims(di, 1))
+        p, ds = _probs_and_ds(sc, dp, qk_scale, SPLIT)
         phi, plo = _split(p, dtype)
         dshi, dslo = _split(ds, dtype)
         p_s.index(0).store(phi)
@@ -222,21 +233,13 @@ def _bwd_two_cta(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, n_t
         mbarrier.wait(bar, i & 1)
         zs = gl.zeros([BM, BM], gl.float32, s_lay)
         sc = warpgroup_mma(q_s, k_s.permute((1, 0)), zs, use_acc=False)
-        v = v_s.load(v_lay).to(gl.float32)
-        vc = v - gl.expand_dims(gl.sum(v, axis=0) / BM, 0)
-        vhi, vlo = _split(vc, dtype)
+        vhi, vlo = _centred_split(v_s, v_lay, dtype)
         v_s.store(vhi)  # each thread rewrites the elements it read
         vlo_s.store(vlo)
         fence_async_shared()
         dp = warpgroup_mma(do_s, vlo_s.permute((1, 0)), zs, use_acc=False)
         dp = warpgroup_mma(do_s, v_s.permute((1, 0)), dp)
-        sc = sc * qk_scale
-        m = gl.max(sc, axis=1)
-        p = gl.exp2(sc - gl.expand_dims(m, 1))
-        p = p / gl.expand_dims(gl.sum(p, axis=1), 1)
-        dp = dp - gl.expand_dims(gl.sum(p * dp, axis=1), 1)
-        di = gl.sum(p * dp, axis=1)
-        ds = p * (dp - gl.expand_dims(di, 1))
+        p, ds = _probs_and_ds(sc, dp, qk_scale, True)
         phi, plo = _split(p, dtype)
         dshi, dslo = _split(ds, dtype)
         p_s.index(0).store(phi)
