@@ -47,7 +47,9 @@ DTYPES = ("bf16", "fp16", "fp32")
 HEAD_DIMS = (64, 128)
 # "off": no sinu_pos; "rot": rotary on q, k and v (rotate_v=True); "rot-qk": rotate_v=False.
 ROTARY_MODES = ("off", "rot", "rot-qk")
-PATHS = ("portable", "hopper")  # hopper: the opt-in TMA path, sm_90, 16-bit inputs only
+# hopper: the opt-in Triton TMA path, sm_90, 16-bit inputs only; gluon: the Gluon backward
+# (attention_gluon), sm_90, 16-bit, no rotary
+PATHS = ("portable", "hopper", "gluon")
 TMA_OPCODE = "cp.async.bulk.tensor"
 TARGETS = {"sm_90": 90, "sm_100": 100}
 MMA_OPCODE = {90: "wgmma.mma_async", 100: "tcgen05.mma"}
@@ -114,6 +116,7 @@ def all_variants() -> list[Variant]:
         for d in HEAD_DIMS
         for r in ROTARY_MODES
         if not (p == "hopper" and dt == "fp32")  # the Hopper path takes 16-bit inputs only
+        and not (p == "gluon" and (k != "bwd" or dt == "fp32" or r != "off"))
     ]
 
 
@@ -189,6 +192,8 @@ def _compile_one(variant: Variant, target: str) -> Result:
         raise RuntimeError("compile-check worker imported blockattn with TRITON_INTERPRET=1")
     arch = TARGETS[target]
     res = Result(variant=variant.name, target=target)
+    if variant.path == "gluon":
+        return _compile_gluon(variant, target, res)
     hopper = variant.path == "hopper"
     if hopper:
         fn = AH._fwd_kernel_tma if variant.kernel == "fwd" else AH._bwd_kernel_tma
@@ -297,6 +302,72 @@ def _compile_one(variant: Variant, target: str) -> Result:
     return res
 
 
+def _compile_gluon(variant: Variant, target: str, res: Result) -> Result:
+    """The Gluon backward (attention_gluon): a default path where its CONFIGS name the head
+    dim, so its spills are gated like the portable kernels' (accepted: 0 B)."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    from blockattn.kernels import attention_gluon as G
+
+    fn = G._bwd_kernel
+    gdt = {"bf16": gl.bfloat16, "fp16": gl.float16}[variant.dtype]
+    lay = gl.NVMMASharedLayout.get_default_for([G.BLOCK, variant.head_dim], gdt)
+    signature: dict[str, str] = {}
+    for p in fn.params:
+        name = p.name
+        if p.is_constexpr:
+            signature[name] = "constexpr"
+        elif name.endswith("_desc"):
+            signature[name] = f"tensordesc<{variant.dtype}[{G.BLOCK}, {variant.head_dim}],{lay!r}>"
+        elif name in ("DQ", "DK", "DV"):
+            signature[name] = f"*{variant.dtype}"
+        elif name in ("tile_start", "tile_len"):
+            signature[name] = "*i64" if name == "tile_start" else "*i32"
+        elif name.startswith(_STRIDE_PREFIX) or name == "n_tiles":
+            signature[name] = "i32"
+        elif name in _FLOAT_ARGS:
+            signature[name] = "fp32"
+        else:
+            raise RuntimeError(f"{fn.__name__}: argument {name} unknown to compile-check")
+    num_warps = 4
+    constexprs = dict(H=N_HEADS, IS_BF16=variant.dtype == "bf16", num_warps=num_warps)
+    src = GluonASTSource(fn=fn, signature=signature, constexprs=constexprs)
+    log = io.StringIO()
+    t0 = time.perf_counter()
+    with contextlib.redirect_stdout(log):
+        kernel = triton.compile(src, target=GPUTarget("cuda", TARGETS[target], 32),
+                                options={"num_warps": num_warps})
+    res.compile_s = round(time.perf_counter() - t0, 2)
+    stats = parse_ptxas_log(log.getvalue())
+    if "registers" not in stats:
+        raise RuntimeError(f"no ptxas -v log captured; stdout was:\n{log.getvalue()[-2000:]}")
+    for k, v in stats.items():
+        setattr(res, k, v)
+    res.num_warps = num_warps
+    res.smem = int(kernel.metadata.shared)
+    res.ctas_per_sm = ctas_per_sm(res.registers or 0, num_warps, res.smem + res.static_smem)
+    res.mma_counts = count_mma(kernel.asm["ptx"])
+    res.mma_counts[TMA_OPCODE] = kernel.asm["ptx"].count(TMA_OPCODE)
+    n_mma = res.mma_counts[MMA_OPCODE[90]]
+    res.mma = f"{MMA_OPCODE[90]} x{n_mma}" if n_mma else "MISSING"
+    if not n_mma:
+        res.failures.append(f"no {MMA_OPCODE[90]} in the PTX")
+    if not res.mma_counts[TMA_OPCODE]:
+        res.failures.append(f"no {TMA_OPCODE} (TMA) in the Gluon path's PTX")
+    if max(res.spill_stores or 0, res.spill_loads or 0) > 0:
+        res.failures.append(f"spills: {res.spill_stores} B stores, {res.spill_loads} B loads "
+                            f"({res.registers} registers; accepted: 0 B)")
+    if res.smem + res.static_smem > MAX_SMEM_PER_CTA:
+        res.failures.append(f"shared memory {res.smem} B > {MAX_SMEM_PER_CTA} B per CTA")
+    want = G.PROGRAMS_PER_SM[variant.head_dim]
+    if res.ctas_per_sm < want:
+        res.failures.append(f"{res.ctas_per_sm} CTAs fit per SM; its launch puts {want}")
+    return res
+
+
 def _worker_main() -> int:
     """Line protocol: one JSON task per stdin line -> one JSON result per line on the saved fd 1.
 
@@ -363,7 +434,7 @@ def run_check(
     # The Hopper path is dispatched on sm_90 only.
     tasks = [
         (v, t) for v in variants for t in targets
-        if not ((v.dtype == "fp32" or v.path == "hopper") and t == "sm_100")
+        if not ((v.dtype == "fp32" or v.path != "portable") and t == "sm_100")
     ]
     order = {(v.name, t): i for i, (v, t) in enumerate(tasks)}
     todo: queue.Queue[tuple[Variant, str]] = queue.Queue()

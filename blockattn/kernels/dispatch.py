@@ -1,6 +1,7 @@
-"""Which kernel path runs a launch: the portable kernels (`attention.py`) or the opt-in Hopper
-TMA path (`attention_hopper.py`). It sits above both, so neither path imports the other; ops,
-the bench and the tools launch through `attention_fwd` / `attention_bwd` here."""
+"""Which kernel path runs a launch: the portable kernels (`attention.py`), the opt-in Hopper
+TMA path (`attention_hopper.py`) or the Gluon backward (`attention_gluon.py`). It sits above
+them, so no path imports another's launcher; ops, the bench and the tools launch through
+`attention_fwd` / `attention_bwd` here."""
 
 from __future__ import annotations
 
@@ -14,6 +15,53 @@ from blockattn.kernels import attention_hopper as AH
 from blockattn.kernels.tile_math import _SPLIT_DTYPES, INTERPRET
 from blockattn.kernels.tiles import TileTable
 
+try:  # written against triton 3.6's Gluon Hopper API; another triton may lack it
+    from blockattn.kernels import attention_gluon as G
+except ImportError as exc:
+    G = None
+    _NO_GLUON = f"this triton's Gluon lacks what the path uses ({exc})"
+
+
+PATHS = ("auto", "portable", "hopper", "prefer-hopper", "gluon", "prefer-gluon")
+
+
+def _wanted() -> str:
+    want = os.environ.get("BLOCKATTN_KERNEL_PATH", "auto")
+    if want not in PATHS:
+        raise ValueError(f"BLOCKATTN_KERNEL_PATH={want!r}: expected one of {', '.join(PATHS)}")
+    return want
+
+
+def _on_sm90(q: Tensor) -> bool:
+    return q.device.type == "cuda" and torch.cuda.get_device_capability(q.device) == (9, 0)
+
+
+def gluon_bwd(q: Tensor, sinu_pos: Tensor | None, block_size: int, centred: bool,
+              tensors: tuple[Tensor, ...]) -> bool:
+    """Whether the Gluon backward runs this launch.
+
+    BLOCKATTN_KERNEL_PATH=gluon forces it (raising, with the reason, where it cannot run; the
+    forward then takes its own default); prefer-gluon takes it wherever it can run (what runs
+    the whole suite against it). Unset or "auto" takes it on sm_90 for the head dims in
+    attention_gluon.CONFIGS (entered where the device measured it faster) wherever it can run.
+    Gluon has no interpreter: under TRITON_INTERPRET=1 it never runs (forced: an error).
+    """
+    want = _wanted()
+    if want not in ("auto", "gluon", "prefer-gluon"):
+        return False
+    if want == "auto" and (INTERPRET or G is None or q.shape[2] not in G.CONFIGS):
+        return False  # no measured config: skip the checks below on every launch
+    why = _NO_GLUON if G is None else G.unsupported(q, sinu_pos, block_size, centred)
+    if why is None and INTERPRET:
+        why = "Gluon kernels have no interpreter (TRITON_INTERPRET=1)"
+    elif why is None and not _on_sm90(q):
+        why = "it needs an sm_90 GPU"
+    elif why is None and not AH.eligible(*tensors):
+        why = "TMA needs 16-byte aligned, head-packed (T, H, D) tensors with unit stride along D"
+    if why and want == "gluon":
+        raise RuntimeError(f"BLOCKATTN_KERNEL_PATH=gluon cannot run this backward: {why}")
+    return why is None
+
 
 def kernel_path(kernel: str, q: Tensor, sinu_pos: Tensor | None, loaded: tuple[Tensor, ...]) -> str:
     """"hopper" or "portable": which kernels run this launch.
@@ -25,18 +73,16 @@ def kernel_path(kernel: str, q: Tensor, sinu_pos: Tensor | None, loaded: tuple[T
     head dim) has a measured config in attention_hopper.CONFIGS (entered only where the device
     measured it faster) and whose loaded tensors TMA can read.
     """
-    want = os.environ.get("BLOCKATTN_KERNEL_PATH", "auto")
-    if want not in ("auto", "portable", "hopper", "prefer-hopper"):
-        raise ValueError(f"BLOCKATTN_KERNEL_PATH={want!r}: expected auto, portable, hopper "
-                         "or prefer-hopper")
+    want = _wanted()
+    if want in ("gluon", "prefer-gluon"):
+        want = "auto"  # the Gluon choice is gluon_bwd's; the rest takes the default
     if want == "portable" or (want == "auto" and INTERPRET):
         return "portable"
     if want == "auto" and (kernel, sinu_pos is not None, q.shape[2]) not in AH.CONFIGS:
         return "portable"  # no measured config: skip the checks below on every launch
     why = None
     # The interpreter runs the Hopper kernels' source too (tests, mutants on CPU).
-    on_sm90 = q.device.type == "cuda" and torch.cuda.get_device_capability(q.device) == (9, 0)
-    if not (INTERPRET or on_sm90):
+    if not (INTERPRET or _on_sm90(q)):
         why = "it needs an sm_90 GPU"
     elif q.dtype not in _SPLIT_DTYPES:
         why = f"q.dtype={q.dtype} (it takes bfloat16 and float16)"
@@ -70,6 +116,8 @@ def attention_bwd(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor, table: Tile
     """
     if grads is None:
         grads = tuple(torch.empty(q.shape, dtype=q.dtype, device=q.device) for _ in range(3))
+    if gluon_bwd(q, sinu_pos, block_size, centred, (q, k, v, grad_out, *grads)):
+        return G.launch_bwd(q, k, v, grad_out, grads, table, scale)
     if kernel_path("bwd", q, sinu_pos, (q, k, v, grad_out)) == "hopper":
         return AH.launch_bwd(q, k, v, grad_out, grads, table, sinu_pos, scale, block_size,
                              rotate_v, centred)

@@ -1,0 +1,86 @@
+"""A/B timing of the backward's two paths in one run (same GPU, inputs and copy ceiling): the
+portable Triton kernel (BLOCKATTN_KERNEL_PATH=portable) against the Gluon backward
+(BLOCKATTN_KERNEL_PATH=gluon), both launched through dispatch.attention_bwd as ops does.
+
+    python benchmarks/ab_gluon.py --out DIR [--programs-per-sm 1,2]
+
+Shape P (B=1152, max_len=4096, sparsity 0.7, H=4) at D=128 and D=64, bf16 and fp16; each
+timing is a median of triton.testing.do_bench, taken `--rounds` times alternating the paths
+(the median of those is reported); the bwd floor is 7 passes over a (T, H, D) tensor at the
+copy ceiling measured in this run. `--programs-per-sm` also times the Gluon path at each
+given CTAs per SM (attention_gluon.PROGRAMS_PER_SM), to choose its CONFIGS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--rep-ms", type=float, default=200.0)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--programs-per-sm", default="")
+    ap.add_argument("--dtypes", default="bf16,fp16")
+    args = ap.parse_args()
+    from blockattn.bench.case import make_bench_case
+    from blockattn.bench.measure import copy_ceiling, time_ms
+    from blockattn.kernels import attention_gluon as G
+    from blockattn.kernels import dispatch
+    from blockattn.kernels.tiles import build_tile_table
+    from blockattn.run.execute import device_info, git_commit
+
+    dev = torch.device("cuda")
+    ceiling = copy_ceiling(4 << 30, 25, args.rep_ms, False)
+    dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16}
+    ppsm = [int(x) for x in args.programs_per_sm.split(",") if x]
+    rows = []
+    for D in (128, 64):
+        for dt in args.dtypes.split(","):
+            c = make_bench_case(f"P-D{D}", B=1152, max_len=4096, sparsity=0.7, H=4, D=D,
+                                dtype=dtypes[dt], device=dev)
+            table = build_tile_table(c.offsets, c.T, 64)
+            nbytes = c.q.numel() * c.q.element_size()
+            floor_ms = 7 * nbytes / (ceiling["tbps"] * 1e12) * 1e3
+            fn = functools.partial(dispatch.attention_bwd, c.q, c.k, c.v, c.do, table, None,
+                                   c.scale, 64, True)
+            paths = {"portable": ("portable", None), "gluon": ("gluon", None)}
+            for p in ppsm:
+                paths[f"gluon_{p}_per_sm"] = ("gluon", p)
+            times: dict[str, list[float]] = {name: [] for name in paths}
+            default = dict(G.PROGRAMS_PER_SM)
+            for _ in range(args.rounds):
+                for name, (env, p) in paths.items():
+                    os.environ["BLOCKATTN_KERNEL_PATH"] = env
+                    G.PROGRAMS_PER_SM[D] = p or default[D]
+                    fn()
+                    times[name].append(time_ms(fn, 25, args.rep_ms))
+            G.PROGRAMS_PER_SM.update(default)
+            res = {"D": D, "dtype": dt, "floor_ms": floor_ms}
+            for name, ts in times.items():
+                ms = statistics.median(ts)
+                res[name] = {"ms": ms, "pct_ceiling": 100 * floor_ms / ms, "runs_ms": ts}
+            res["gluon_over_portable"] = res["gluon"]["ms"] / res["portable"]["ms"]
+            rows.append(res)
+            print(json.dumps(res), flush=True)
+            del c
+            torch.cuda.empty_cache()
+    os.environ.pop("BLOCKATTN_KERNEL_PATH", None)
+    args.out.mkdir(parents=True, exist_ok=True)
+    meta = {**device_info(), "commit": git_commit(), "ceiling": ceiling,
+            "command": "python benchmarks/ab_gluon.py " + " ".join(sys.argv[1:])}
+    (args.out / "ab_gluon.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# GPU work on the Gluon backward (issue 23), one device call per phase.
+#   phase a: its own tests (the kernel judged on sm_90); the A/B against the portable backward
+#            with a programs-per-SM axis; the kernel tests and the whole not-slow tier with
+#            BLOCKATTN_KERNEL_PATH=prefer-gluon (every backward it can run goes through it)
+#   phase b: every mutant (the Gluon ones included) against the H100 baseline; false alarms
+#   phase c: the bench (blockattn, fa2) and the stage profile, on whichever GPU the call got
+# Usage: bash benchmarks/gpu_gluon.sh a|b|c OUTDIR [COMMIT]
+set -uo pipefail
+phase=$1
+out=${2:-$OUT}
+export BLOCKATTN_GIT_COMMIT=${3:-unknown}  # the device copy has no usable .git
+r=$out
+mkdir -p "$r"
+source "$(dirname "$0")/gpu_steps.sh"
+step install python3 -m pip install -q --no-deps --no-build-isolation -e .
+if [ "$phase" = a ]; then
+  step gluon_tests timeout 150 python3 -m pytest -q -x tests/kernels/test_gluon_path.py -p no:cacheprovider
+  step ab timeout 200 python3 benchmarks/ab_gluon.py --out "$r/ab" --programs-per-sm 1,2 --rounds 2
+  step pytest_prefer_gluon env BLOCKATTN_KERNEL_PATH=prefer-gluon timeout 330 python3 -m pytest \
+    -n 8 -m "not slow" -q -p no:cacheprovider
+fi
+if [ "$phase" = b ]; then
+  step mutants timeout 300 python3 -m blockattn mutants --jobs 12 --tolerances v5 \
+    --baseline ci/baselines/h100/report.json --out "$r/mutants"
+  step false_alarms timeout 250 python3 -m blockattn false-alarms --tolerances v5 --seeds 12 \
+    --fuzz 2 --every-distribution --profile gpu --out "$r/false_alarms" --no-progress
+fi
+if [ "$phase" = c ]; then
+  step bench timeout 400 python3 -m blockattn bench --providers blockattn,fa2 --out "$r/bench" --no-sweeps \
+    --time-budget-s 360
+  step stages timeout 150 python3 benchmarks/stage_profile.py --out "$r/stages" --head-dims 128
+fi

@@ -1,0 +1,304 @@
+"""Hopper (sm_90) backward in Gluon: the plain (no rotary) 16-bit backward with the next tile's
+loads in flight while this tile computes.
+
+Reads top-down: helpers, the kernel, eligibility and configs, the launcher.
+
+Why: the portable backward (blockattn.kernels.attention) runs one tile per CTA and waits for
+every load before its chain of MMAs; at 2 CTAs per SM nothing loads while a tile computes, so
+the H100 lost ~15 % of the copy ceiling to that wait (issue 23). Triton's `tl.dot` cannot issue
+a TMA load under a running MMA chain by hand; Gluon can. Each persistent CTA (one 4-warp
+warpgroup) walks its share of the tile table; tile i+1's q, k, v, dO arrive by TMA into the
+second of two shared-memory stages, under an mbarrier, while tile i computes.
+
+The arithmetic is the portable centred backward's (see attention.py's docstring), with one
+difference: V is centred on the column mean of its n valid rows (the portable plain kernel
+subtracts the block's first row; the error bound covers any row vector of the block, see
+oracles/error_bound.py's V_dP). So the outputs are not bitwise those of the portable kernel;
+they are judged against the same FP64 oracle and bound.
+- S = Q K^T, P = softmax over the n valid keys (fp32, log2 domain);
+- dP = dO (V - m)^T with V - m as hi + lo (2 MMAs), Di summed twice;
+- dS = P (dP - Di); fp16 splits dS at a power-of-two scale (its lo half stays normal);
+- dV = P^T dO, dQ = dS K, dK = dS^T Q, with P and dS as hi + lo (2 MMAs each).
+
+Partial blocks: a TMA box always reads 64 rows; rows past the tile's n belong to the next
+sequence (or are zero past T). They are zeroed in shared memory before any MMA, so a non-finite
+value there never reaches this tile; keys past n get score -inf. Full tiles leave by TMA store;
+a partial tile's rows are stored with masked stores (a 64-row box would overwrite the next
+sequence's gradients).
+
+Gluon has no interpreter: off an sm_90 GPU this path never runs (dispatch falls back), and the
+CPU tests compile it ahead of time for sm_90 (tests/kernels/test_gluon_path.py).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+)
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+from blockattn.kernels.tiles import TileTable
+
+BLOCK = 64  # rows of a tile: one warpgroup MMA's M
+LOG2E = 1.4426950408889634
+
+# ----------------------------------------------------------------------------- helpers
+
+
+@gluon.jit
+def _issue_loads(q_desc, k_desc, v_desc, do_desc, row, col, bar, stage, q_s, k_s, v_s, do_s,
+                 pred):
+    """TMA of one tile's q, k, v, dO into `stage`, completing on `bar`."""
+    nbytes: gl.constexpr = 4 * q_desc.block_type.nbytes
+    mbarrier.expect(bar, nbytes, pred=pred)
+    tma.async_copy_global_to_shared(q_desc, [row, col], bar, q_s.index(stage), pred)
+    tma.async_copy_global_to_shared(k_desc, [row, col], bar, k_s.index(stage), pred)
+    tma.async_copy_global_to_shared(v_desc, [row, col], bar, v_s.index(stage), pred)
+    tma.async_copy_global_to_shared(do_desc, [row, col], bar, do_s.index(stage), pred)
+
+
+@gluon.jit
+def _tile_at(t, tile_start, tile_len, H: gl.constexpr):
+    """(first token, valid tokens, head) of tile t (t < n_tiles)."""
+    blk = t // H
+    return gl.load(tile_start + blk), gl.load(tile_len + blk), t % H
+
+
+@gluon.jit
+def _zero_rows(buf, n, lay: gl.constexpr):
+    """Rows >= n of a shared (BLOCK, D) tile set to 0 (they belong to the next sequence)."""
+    x = buf.load(lay)
+    rows = gl.arange(0, x.shape[0], layout=gl.SliceLayout(1, lay))
+    buf.store(gl.where(gl.expand_dims(rows < n, 1), x, gl.zeros_like(x)))
+
+
+@gluon.jit
+def _split(x, dtype: gl.constexpr):
+    """fp32 x ~= hi + lo, both in dtype (round to nearest even)."""
+    hi = x.to(dtype)
+    lo = (x - hi.to(gl.float32)).to(dtype)
+    return hi, lo
+
+
+@gluon.jit
+def _centred_split(vb, n, lay: gl.constexpr, dtype: gl.constexpr):
+    """V (shared, rows >= n zero) minus the mean of its n valid rows, as hi + lo."""
+    v = vb.load(lay).to(gl.float32)
+    m = gl.sum(v, axis=0) / gl.maximum(n, 1).to(gl.float32)
+    return _split(v - gl.expand_dims(m, 0), dtype)
+
+
+@gluon.jit
+def _probs_and_ds(sc, dp, n, qk_scale, s_lay: gl.constexpr):
+    """P = softmax over the n valid keys (log2 domain, fp32) and dS = P (dP - Di), Di summed
+    twice (first pass shifts dP by the fp32 Di, second sums the shifted terms)."""
+    cols = gl.arange(0, sc.shape[1], layout=gl.SliceLayout(0, s_lay))
+    sc = gl.where(gl.expand_dims(cols < n, 0), sc * qk_scale, float("-inf"))
+    p = gl.exp2(sc - gl.expand_dims(gl.max(sc, axis=1), 1))
+    p = p / gl.expand_dims(gl.sum(p, axis=1), 1)
+    dp = dp - gl.expand_dims(gl.sum(p * dp, axis=1), 1)
+    return p, p * (dp - gl.expand_dims(gl.sum(p * dp, axis=1), 1))
+
+
+@gluon.jit
+def _pow2_scale(amax, EXP: gl.constexpr):
+    """(2^e, 2^-e) with amax * 2^e in [2^EXP, 2^(EXP+1)) for a finite amax > 0, e clamped to
+    [-64, 64]: scaling by them is exact."""
+    e = EXP + 127 - ((amax.to(gl.uint32, bitcast=True) >> 23) & 0xFF).to(gl.int32)
+    e = gl.minimum(gl.maximum(e, -64), 64)
+    up = ((e + 127).to(gl.uint32) << 23).to(gl.float32, bitcast=True)
+    down = ((127 - e).to(gl.uint32) << 23).to(gl.float32, bitcast=True)
+    return up, down
+
+
+@gluon.jit
+def _store_rows(base, buf, start, n, h, stride_t, stride_h, lay: gl.constexpr):
+    """Masked store of the n valid rows of a tile staged in shared memory (a partial tile),
+    read back in a row-contiguous layout so each thread stores 16-byte vectors."""
+    x = buf.load(lay)
+    rows = gl.arange(0, x.shape[0], layout=gl.SliceLayout(1, lay))
+    cols = gl.arange(0, x.shape[1], layout=gl.SliceLayout(0, lay))
+    ptrs = (base + start.to(gl.int64) * stride_t + h * stride_h
+            + gl.expand_dims(rows * stride_t, 1) + gl.expand_dims(cols, 0))
+    mask = gl.expand_dims(rows < n, 1) & gl.expand_dims(cols < x.shape[1], 0)
+    gl.store(ptrs, x, mask=mask)
+
+
+# ----------------------------------------------------------------------------- kernel
+
+
+@gluon.jit
+def _bwd_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, DQ, DK, DV,
+                tile_start, tile_len, n_tiles, stride_dqt, stride_dqh, stride_dkt, stride_dkh,
+                stride_dvt, stride_dvh, qk_scale, sm_scale,
+                H: gl.constexpr, IS_BF16: gl.constexpr, num_warps: gl.constexpr):
+    BM: gl.constexpr = q_desc.block_type.shape[0]
+    HD: gl.constexpr = q_desc.block_type.shape[1]
+    dtype: gl.constexpr = q_desc.dtype
+    lay: gl.constexpr = q_desc.layout
+    # inputs: two stages (this tile, the next one's loads)
+    q_s = gl.allocate_shared_memory(dtype, [2, BM, HD], lay)
+    k_s = gl.allocate_shared_memory(dtype, [2, BM, HD], lay)
+    v_s = gl.allocate_shared_memory(dtype, [2, BM, HD], lay)
+    do_s = gl.allocate_shared_memory(dtype, [2, BM, HD], lay)
+    pp_lay: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BM, BM], dtype)
+    pd_s = gl.allocate_shared_memory(dtype, [2, BM, BM], pp_lay)  # P, then dS: hi, lo
+    # centred V (hi, lo); once dP is formed they stage dQ and dK for the TMA stores, and dV
+    # leaves from V's own input buffer (dead once V is centred): 97 KB at D = 64, so two
+    # CTAs (two chains) fit on an SM
+    vc_s = gl.allocate_shared_memory(dtype, [2, BM, HD], lay)
+    bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(2):
+        mbarrier.init(bars.index(i), count=1)
+
+    s_lay: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                    instr_shape=[16, BM, 16])
+    o_lay: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                    instr_shape=[16, HD, 16])
+    r_lay: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [num_warps, 1], [1, 0])
+    pid = gl.program_id(0)
+    n_prog = gl.num_programs(0)
+    n_my = (n_tiles - pid + n_prog - 1) // n_prog
+    start, n, h = _tile_at(pid, tile_start, tile_len, H)
+    _issue_loads(q_desc, k_desc, v_desc, do_desc, start.to(gl.int32), h * HD, bars.index(0), 0,
+                 q_s, k_s, v_s, do_s, n_my > 0)
+    for i in range(n_my):
+        t = pid + i * n_prog
+        stage = i % 2
+        # the next tile's loads go out before this tile's math (its stage was freed last step);
+        # a slot past the real blocks (n = 0) starts at T: its box is all out of bounds, zeros
+        nxt = gl.minimum(t + n_prog, n_tiles - 1)
+        tma.store_wait(pendings=2)  # the last tile's dV (the oldest store) has left its stage
+        n_start, _, n_h = _tile_at(nxt, tile_start, tile_len, H)
+        _issue_loads(q_desc, k_desc, v_desc, do_desc, n_start.to(gl.int32), n_h * HD,
+                     bars.index(1 - stage), 1 - stage, q_s, k_s, v_s, do_s, i + 1 < n_my)
+        mbarrier.wait(bars.index(stage), (i // 2) & 1)
+        start, n, h = _tile_at(t, tile_start, tile_len, H)
+        if n > 0:
+            qb = q_s.index(stage)
+            kb = k_s.index(stage)
+            vb = v_s.index(stage)
+            dob = do_s.index(stage)
+            if n < BM:
+                _zero_rows(qb, n, r_lay)
+                _zero_rows(kb, n, r_lay)
+                _zero_rows(vb, n, r_lay)
+                _zero_rows(dob, n, r_lay)
+                fence_async_shared()
+            # V centred first: its fp32 tile and halves are dead before S is live
+            vhi, vlo = _centred_split(vb, n, r_lay, dtype)
+            tma.store_wait(pendings=0)  # the last tile's gradients have left vc_s
+            vc_s.index(0).store(vhi)
+            vc_s.index(1).store(vlo)
+            fence_async_shared()
+            zs = gl.zeros([BM, BM], gl.float32, s_lay)
+            sc = warpgroup_mma(qb, kb.permute((1, 0)), zs, use_acc=False)
+            dp = warpgroup_mma(dob, vc_s.index(1).permute((1, 0)), zs, use_acc=False)
+            dp = warpgroup_mma(dob, vc_s.index(0).permute((1, 0)), dp)
+            p, ds = _probs_and_ds(sc, dp, n, qk_scale, s_lay)
+            dscale = sm_scale
+            if not IS_BF16:
+                # fp16: split dS at a power-of-two scale putting the tile's max |dS| at 2^14,
+                # so its lo half stays in fp16's normal range; the inverse joins the store scale
+                up, down = _pow2_scale(gl.max(gl.max(gl.abs(ds), axis=1), axis=0), 14)
+                ds = ds * up
+                dscale = sm_scale * down
+            phi, plo = _split(p, dtype)
+            pd_s.index(0).store(phi)
+            pd_s.index(1).store(plo)
+            fence_async_shared()
+            # each gradient goes to shared memory as soon as it is complete (its staging
+            # buffer for the TMA store): kept in registers until the end they cost 120 B of
+            # spills at D = 128 (ptxas, sm_90)
+            zo = gl.zeros([BM, HD], gl.float32, o_lay)
+            dv = warpgroup_mma(pd_s.index(1).permute((1, 0)), dob, zo, use_acc=False)
+            vb.store(warpgroup_mma(pd_s.index(0).permute((1, 0)), dob, dv).to(dtype))
+            # dS takes P's buffers once dV is done (the MMAs are synchronous)
+            dshi, dslo = _split(ds, dtype)
+            pd_s.index(0).store(dshi)
+            pd_s.index(1).store(dslo)
+            fence_async_shared()
+            dq = warpgroup_mma(pd_s.index(1), kb, zo, use_acc=False)
+            vc_s.index(0).store((warpgroup_mma(pd_s.index(0), kb, dq) * dscale).to(dtype))
+            dk = warpgroup_mma(pd_s.index(1).permute((1, 0)), qb, zo, use_acc=False)
+            dk = warpgroup_mma(pd_s.index(0).permute((1, 0)), qb, dk)
+            vc_s.index(1).store((dk * dscale).to(dtype))
+            if n == BM:
+                fence_async_shared()
+                row = start.to(gl.int32)
+                tma.async_copy_shared_to_global(dv_desc, [row, h * HD], vb)
+                tma.async_copy_shared_to_global(dq_desc, [row, h * HD], vc_s.index(0))
+                tma.async_copy_shared_to_global(dk_desc, [row, h * HD], vc_s.index(1))
+            else:
+                _store_rows(DV, vb, start, n, h, stride_dvt, stride_dvh, r_lay)
+                _store_rows(DQ, vc_s.index(0), start, n, h, stride_dqt, stride_dqh, r_lay)
+                _store_rows(DK, vc_s.index(1), start, n, h, stride_dkt, stride_dkh, r_lay)
+                fence_async_shared()  # these reads before the next TMA writes into the buffers
+    tma.store_wait(pendings=0)
+    for i in gl.static_range(2):
+        mbarrier.invalidate(bars.index(i))
+
+
+# ----------------------------------------------------------------------------- eligibility
+
+
+# Head dims this path is the default for under BLOCKATTN_KERNEL_PATH=auto, with the programs
+# per SM of each: entered only where a same-run device measurement showed it faster than the
+# portable backward at shape P (see the README's bench and results/).
+CONFIGS: dict[int, int] = {}
+HEAD_DIMS = (64, 128)  # what the kernel compiles for (shared memory: 178 KB at D = 128)
+PROGRAMS_PER_SM = {64: 2, 128: 1}
+
+
+def unsupported(q: Tensor, sinu_pos: Tensor | None, block_size: int, centred: bool) -> str | None:
+    """Why this path cannot run these inputs, or None (arch and TMA layout checked by the
+    caller)."""
+    if sinu_pos is not None:
+        return "rotary (sinu_pos) is not implemented on the Gluon path"
+    if not centred:
+        return "only the centred backward is implemented on the Gluon path"
+    if q.dtype not in (torch.bfloat16, torch.float16):
+        return f"q.dtype={q.dtype} (it takes bfloat16 and float16)"
+    if q.shape[2] not in HEAD_DIMS:
+        return f"head dim {q.shape[2]} (it compiles for {HEAD_DIMS})"
+    if not 32 < block_size <= BLOCK:
+        return f"block_size={block_size} (its tiles are {BLOCK} rows: 33..64)"
+    return None
+
+
+# ----------------------------------------------------------------------------- launcher
+
+
+def _desc(t: Tensor, lay) -> TensorDescriptor:
+    T, H, D = t.shape
+    return TensorDescriptor(t, [T, H * D], [t.stride(0), 1], [BLOCK, D], lay)
+
+
+def launch_bwd(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor,
+               grads: tuple[Tensor, Tensor, Tensor], table: TileTable,
+               scale: float) -> tuple[Tensor, Tensor, Tensor]:
+    """(dq, dk, dv) into `grads`; inputs are eligible (see dispatch.kernel_path)."""
+    T, H, D = q.shape
+    dq, dk, dv = grads
+    n_tiles = table.n_slots * H
+    if n_tiles == 0 or T == 0:  # nothing to write (a TMA box needs rows)
+        return dq, dk, dv
+    dtype = gl.bfloat16 if q.dtype == torch.bfloat16 else gl.float16
+    lay = gl.NVMMASharedLayout.get_default_for([BLOCK, D], dtype)
+    sms = torch.cuda.get_device_properties(q.device).multi_processor_count
+    grid = min(n_tiles, sms * CONFIGS.get(D, PROGRAMS_PER_SM[D]))
+    _bwd_kernel[(grid,)](
+        *(_desc(t, lay) for t in (q, k, v, grad_out, dq, dk, dv)), dq, dk, dv,
+        table.start, table.length, n_tiles, dq.stride(0), dq.stride(1), dk.stride(0),
+        dk.stride(1), dv.stride(0), dv.stride(1), scale * LOG2E, scale,
+        H=H, IS_BF16=q.dtype == torch.bfloat16, num_warps=4,
+    )  # fmt: skip
+    return dq, dk, dv
+

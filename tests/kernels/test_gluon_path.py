@@ -1,0 +1,179 @@
+"""The Gluon backward (blockattn.kernels.attention_gluon).
+
+Gluon has no interpreter, so on CPU the kernel is built ahead of time for sm_90 (it must use
+warpgroup MMAs and TMA, spill nothing and fit its launch's CTAs per SM) and only the dispatch is
+exercised; on an sm_90 GPU the kernel itself is judged:
+- dQ, dK, dV against the FP64 oracle with the fp32-split-operands bound (tolerances v5, c = 2):
+  0 violations, on jagged inputs with partial blocks, an empty sequence, padding slots and more
+  tiles than programs (the persistent loop's two stages), NaN-poisoned outputs so an unwritten
+  element shows; bf16 and fp16, D = 64 and 128;
+- Inf/NaN in the rows a partial block's TMA box reads past its end never reach its outputs, and
+  the inputs are left untouched;
+- the same bits on a second call (the path declares no atomics: bitwise repeatable).
+The rest of the suite runs against it with BLOCKATTN_KERNEL_PATH=prefer-gluon on a GPU.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from blockattn.kernels import attention_gluon as G
+from blockattn.kernels import compile_check, dispatch
+from blockattn.kernels.tiles import build_tile_table
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+ON_SM90 = DEVICE == "cuda" and torch.cuda.get_device_capability() == (9, 0)
+gpu_only = pytest.mark.skipif(not ON_SM90, reason="the Gluon path runs on sm_90 GPUs only")
+
+
+# ----------------------------------------------------------------------------- CPU: build, dispatch
+
+
+def test_gluon_builds_for_sm90_without_spills() -> None:
+    variants = compile_check.select_variants("bwd-*-gluon")
+    assert {v.name for v in variants} == {f"bwd-{dt}-d{d}-off-gluon" for dt in ("bf16", "fp16")
+                                          for d in (64, 128)}
+    results = compile_check.run_check(variants, ["sm_90"], jobs=2)
+    for r in results:
+        assert r.ok, f"{r.variant}: {r.error or r.failures}"
+        assert r.spill_stores == 0 and r.spill_loads == 0, r.variant
+        assert r.mma_counts[compile_check.TMA_OPCODE] > 0, r.variant
+        assert r.ctas_per_sm >= G.PROGRAMS_PER_SM[int(r.variant.split("-d")[1].split("-")[0])]
+
+
+def _meta(D: int = 128, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+    return torch.empty(8, 2, D, dtype=dtype, device=DEVICE)
+
+
+@pytest.mark.parametrize("why,kwargs", [
+    ("rotary", dict(sinu_pos=torch.empty(8, 128))),
+    ("centred", dict(centred=False)),
+    ("float32", dict(q=_meta(dtype=torch.float32))),
+    ("head dim 96", dict(q=_meta(D=96))),
+    ("block_size=32", dict(block_size=32)),
+    ("block_size=128", dict(block_size=128)),
+], ids=["rotary", "not-centred", "fp32", "d96", "bs32", "bs128"])
+def test_gluon_dispatch_names_why_it_cannot_run(monkeypatch, why, kwargs) -> None:
+    args = dict(q=_meta(), sinu_pos=None, block_size=64, centred=True)
+    args.update(kwargs)
+    q = args["q"]
+    monkeypatch.setenv("BLOCKATTN_KERNEL_PATH", "gluon")
+    with pytest.raises(RuntimeError, match=why):
+        dispatch.gluon_bwd(args["q"], args["sinu_pos"], args["block_size"], args["centred"], (q,))
+    monkeypatch.setenv("BLOCKATTN_KERNEL_PATH", "prefer-gluon")  # never raises
+    assert not dispatch.gluon_bwd(args["q"], args["sinu_pos"], args["block_size"],
+                                  args["centred"], (q,))
+
+
+def test_gluon_dispatch_modes(monkeypatch) -> None:
+    q = _meta()
+    call = lambda t=q: dispatch.gluon_bwd(t, None, 64, True, (t,))
+    monkeypatch.setenv("BLOCKATTN_KERNEL_PATH", "gluon-please")
+    with pytest.raises(ValueError, match="BLOCKATTN_KERNEL_PATH='gluon-please'"):
+        call()
+    for mode in ("portable", "hopper", "prefer-hopper"):
+        monkeypatch.setenv("BLOCKATTN_KERNEL_PATH", mode)
+        assert not call(), mode
+    monkeypatch.setenv("BLOCKATTN_KERNEL_PATH", "prefer-gluon")
+    assert call() == ON_SM90
+    strided = torch.empty(8, 4, 128, dtype=torch.bfloat16, device=DEVICE)[:, ::2]
+    assert not call(strided)  # heads not packed: TMA cannot walk it
+    monkeypatch.setenv("BLOCKATTN_KERNEL_PATH", "gluon")
+    if ON_SM90:
+        assert call()
+        with pytest.raises(RuntimeError, match="TMA needs"):
+            call(strided)
+    else:
+        with pytest.raises(RuntimeError, match=r"interpreter|sm_90"):
+            call()
+    # the forward has no Gluon path: a forced Gluon backward leaves the forward its default
+    assert dispatch.kernel_path("fwd", q, None, (q,)) in ("portable", "hopper")
+    monkeypatch.delenv("BLOCKATTN_KERNEL_PATH")
+    monkeypatch.setattr(G, "CONFIGS", {})  # auto: no measured config, no Gluon path
+    assert not call()
+    monkeypatch.setattr(G, "CONFIGS", {128: 1})
+    assert call() == ON_SM90
+
+
+# ----------------------------------------------------------------------------- GPU: the kernel
+
+# Partial blocks of 36, 37, 5, 17 rows; an empty sequence; the last box runs past T.
+LENGTHS = [100, 37, 0, 64, 5, 209]
+H = 2
+
+
+def _inputs(D: int, dtype: torch.dtype, lengths: list[int], seed: int):
+    g = torch.Generator(device=DEVICE).manual_seed(seed)
+    off = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], device=DEVICE)
+    T = int(off[-1])
+    q, k, v, do = (torch.randn(T, H, D, device=DEVICE, generator=g).to(dtype) for _ in range(4))
+    return q, k, v, do, off
+
+
+def _gluon(q, k, v, do, off) -> tuple[torch.Tensor, ...]:
+    grads = tuple(torch.full_like(q, float("nan")) for _ in range(3))
+    table = build_tile_table(off, q.shape[0], 64)
+    return G.launch_bwd(q, k, v, do, grads, table, q.shape[2] ** -0.5)
+
+
+def _violations(q, k, v, do, off, got) -> dict[str, int]:
+    import oracles
+    from blockattn.bounds import models
+    from blockattn.bounds.elementwise import TokenMap, elementwise_metrics
+    from blockattn.judge import tolerances
+    from oracles import error_bound
+
+    name = "fp32-split-operands"
+    tol = tolerances.load(tolerances.default_tolerance_dir() / "v5.toml")
+    model = models.parse(name, tol.data["models"][name], name)
+    dt = "bfloat16" if q.dtype == torch.bfloat16 else "float16"
+    ref = oracles.block_attention_backward(q, k, v, off, do, block_size=64)
+    (bnd,) = error_bound.attention_error_bounds(q, k, v, off, do, models=[model.resolve(dt)],
+                                               block_size=64)
+    tmap = TokenMap(off, q.shape[0], 64, q.device)
+    out = {}
+    for nm, y, r in zip(("dQ", "dK", "dV"), got, ref, strict=True):
+        assert bool(torch.isfinite(y).all()), f"{nm}: unwritten (NaN) or non-finite elements"
+        m = elementwise_metrics(y, r, dt, bound=bnd[nm], c=model.c, tmap=tmap)
+        out[nm] = m["bound"]["violations"]
+    return out
+
+
+@gpu_only
+@pytest.mark.parametrize("dtype,D", [(torch.bfloat16, 128), (torch.bfloat16, 64),
+                                     (torch.float16, 128), (torch.float16, 64)],
+                         ids=["bf16-d128", "bf16-d64", "fp16-d128", "fp16-d64"])
+def test_gluon_inside_the_bound(dtype, D) -> None:
+    q, k, v, do, off = _inputs(D, dtype, LENGTHS, seed=11)
+    before = [t.clone() for t in (q, k, v, do)]
+    got = _gluon(q, k, v, do, off)
+    assert _violations(q, k, v, do, off, got) == {"dQ": 0, "dK": 0, "dV": 0}
+    for a, b in zip((q, k, v, do), before, strict=True):
+        assert torch.equal(a, b), "an input was modified"
+    again = _gluon(q, k, v, do, off)
+    for a, b in zip(got, again, strict=True):
+        assert torch.equal(a, b), "not bitwise repeatable"
+
+
+@gpu_only
+def test_gluon_persistent_loop_many_tiles() -> None:
+    # ~2,400 tiles over at most 2 x 132 programs: every program walks both stages many times
+    g = torch.Generator().manual_seed(7)
+    lengths = torch.randint(0, 700, (128,), generator=g).tolist()
+    q, k, v, do, off = _inputs(64, torch.bfloat16, lengths, seed=12)
+    got = _gluon(q, k, v, do, off)
+    assert _violations(q, k, v, do, off, got) == {"dQ": 0, "dK": 0, "dV": 0}
+
+
+@gpu_only
+def test_gluon_rows_read_past_a_partial_block_are_contained() -> None:
+    q, k, v, do, off = _inputs(128, torch.bfloat16, LENGTHS, seed=5)
+    clean = _gluon(q, k, v, do, off)
+    # Sequence 2 starts at token 137: sequence 1's only block (100..136, n = 37) reads its rows.
+    for t in (q, k, v, do):
+        t[137:, :, :64] = float("inf")
+        t[137:, :, 64:] = float("nan")
+    dirty = _gluon(q, k, v, do, off)
+    for name, a, b in zip(("dQ", "dK", "dV"), dirty, clean, strict=True):
+        assert torch.equal(a[:137], b[:137]), f"{name}: poison past a partial block leaked in"
