@@ -10,13 +10,11 @@ a TMA load under a running MMA chain by hand; Gluon can. Each persistent CTA (on
 warpgroup) walks its share of the tile table; tile i+1's q, k, v, dO arrive by TMA into the
 second of two shared-memory stages, under an mbarrier, while tile i computes.
 
-The arithmetic is the portable centred backward's (see attention.py's docstring), with one
-difference: V is centred on the column mean of its n valid rows (the portable plain kernel
-subtracts the block's first row; the error bound covers any row vector of the block, see
-oracles/error_bound.py's V_dP). So the outputs are not bitwise those of the portable kernel;
-they are judged against the same FP64 oracle and bound.
+The arithmetic is the portable centred backward's (see attention.py's docstring), operation
+for operation and MMA for MMA in the same order, so the outputs are bitwise the portable
+kernel's (tests/kernels/test_gluon_path.py checks it on the GPU):
 - S = Q K^T, P = softmax over the n valid keys (fp32, log2 domain);
-- dP = dO (V - m)^T with V - m as hi + lo (2 MMAs), Di summed twice;
+- dP = dO (V - V_0)^T, V_0 the block's first row, V - V_0 as hi + lo (2 MMAs); Di summed twice;
 - dS = P (dP - Di); fp16 splits dS at a power-of-two scale (its lo half stays normal);
 - dV = P^T dO, dQ = dS K, dK = dS^T Q, with P and dS as hi + lo (2 MMAs each).
 
@@ -88,11 +86,15 @@ def _split(x, dtype: gl.constexpr):
 
 
 @gluon.jit
-def _centred_split(vb, n, lay: gl.constexpr, dtype: gl.constexpr):
-    """V (shared, rows >= n zero) minus the mean of its n valid rows, as hi + lo."""
+def _centred_split(vb, V, start, n, h, stride_vt, stride_vh, lay: gl.constexpr,
+                   dtype: gl.constexpr):
+    """V (shared) minus its block's first row (read from global memory, an L2 hit), as hi + lo:
+    the portable plain kernel's centring, so both form the same operand. Rows >= n (zeroed)
+    become -row0: finite, in dP's columns >= n, where P is 0."""
     v = vb.load(lay).to(gl.float32)
-    m = gl.sum(v, axis=0) / gl.maximum(n, 1).to(gl.float32)
-    return _split(v - gl.expand_dims(m, 0), dtype)
+    cols = gl.arange(0, v.shape[1], layout=gl.SliceLayout(0, lay))
+    row0 = gl.load(V + start * stride_vt + h * stride_vh + cols).to(gl.float32)
+    return _split(v - gl.expand_dims(row0, 0), dtype)
 
 
 @gluon.jit
@@ -135,9 +137,9 @@ def _store_rows(base, buf, start, n, h, stride_t, stride_h, lay: gl.constexpr):
 
 
 @gluon.jit
-def _bwd_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, DQ, DK, DV,
-                tile_start, tile_len, n_tiles, stride_dqt, stride_dqh, stride_dkt, stride_dkh,
-                stride_dvt, stride_dvh, qk_scale, sm_scale,
+def _bwd_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, V, DQ, DK, DV,
+                tile_start, tile_len, n_tiles, stride_vt, stride_vh, stride_dqt, stride_dqh,
+                stride_dkt, stride_dkh, stride_dvt, stride_dvh, qk_scale, sm_scale,
                 H: gl.constexpr, IS_BF16: gl.constexpr, num_warps: gl.constexpr):
     BM: gl.constexpr = q_desc.block_type.shape[0]
     HD: gl.constexpr = q_desc.block_type.shape[1]
@@ -150,10 +152,9 @@ def _bwd_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, DQ, 
     do_s = gl.allocate_shared_memory(dtype, [2, BM, HD], lay)
     pp_lay: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BM, BM], dtype)
     pd_s = gl.allocate_shared_memory(dtype, [2, BM, BM], pp_lay)  # P, then dS: hi, lo
-    # centred V (hi, lo); once dP is formed they stage dQ and dK for the TMA stores, and dV
-    # leaves from V's own input buffer (dead once V is centred): 97 KB at D = 64, so two
-    # CTAs (two chains) fit on an SM
+    # centred V (hi, lo); once dP is formed they stage dQ and dK for the TMA stores
     vc_s = gl.allocate_shared_memory(dtype, [2, BM, HD], lay)
+    dv_s = gl.allocate_shared_memory(dtype, [BM, HD], lay)
     bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(2):
         mbarrier.init(bars.index(i), count=1)
@@ -166,21 +167,23 @@ def _bwd_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, DQ, 
     pid = gl.program_id(0)
     n_prog = gl.num_programs(0)
     n_my = (n_tiles - pid + n_prog - 1) // n_prog
+    # The table is read one tile ahead of the TMA issue that needs it, so that no issue waits
+    # on a global load; a slot past the real blocks (n = 0) starts at T: its box is all out of
+    # bounds (zeros) and it computes nothing.
     start, n, h = _tile_at(pid, tile_start, tile_len, H)
+    nx_start, nx_n, nx_h = _tile_at(gl.minimum(pid + n_prog, n_tiles - 1), tile_start, tile_len,
+                                    H)
     _issue_loads(q_desc, k_desc, v_desc, do_desc, start.to(gl.int32), h * HD, bars.index(0), 0,
                  q_s, k_s, v_s, do_s, n_my > 0)
     for i in range(n_my):
         t = pid + i * n_prog
         stage = i % 2
-        # the next tile's loads go out before this tile's math (its stage was freed last step);
-        # a slot past the real blocks (n = 0) starts at T: its box is all out of bounds, zeros
-        nxt = gl.minimum(t + n_prog, n_tiles - 1)
-        tma.store_wait(pendings=2)  # the last tile's dV (the oldest store) has left its stage
-        n_start, _, n_h = _tile_at(nxt, tile_start, tile_len, H)
-        _issue_loads(q_desc, k_desc, v_desc, do_desc, n_start.to(gl.int32), n_h * HD,
+        # the next tile's loads go out before this tile's math (its stage was freed last step)
+        _issue_loads(q_desc, k_desc, v_desc, do_desc, nx_start.to(gl.int32), nx_h * HD,
                      bars.index(1 - stage), 1 - stage, q_s, k_s, v_s, do_s, i + 1 < n_my)
+        nn_start, nn_n, nn_h = _tile_at(gl.minimum(t + 2 * n_prog, n_tiles - 1), tile_start,
+                                        tile_len, H)
         mbarrier.wait(bars.index(stage), (i // 2) & 1)
-        start, n, h = _tile_at(t, tile_start, tile_len, H)
         if n > 0:
             qb = q_s.index(stage)
             kb = k_s.index(stage)
@@ -192,9 +195,9 @@ def _bwd_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, DQ, 
                 _zero_rows(vb, n, r_lay)
                 _zero_rows(dob, n, r_lay)
                 fence_async_shared()
-            # V centred first: its fp32 tile and halves are dead before S is live
-            vhi, vlo = _centred_split(vb, n, r_lay, dtype)
-            tma.store_wait(pendings=0)  # the last tile's gradients have left vc_s
+            # V centred first (its fp32 tile and halves are dead before S is live)
+            vhi, vlo = _centred_split(vb, V, start, n, h, stride_vt, stride_vh, r_lay, dtype)
+            tma.store_wait(pendings=0)  # the last tile's gradients have left vc_s and dv_s
             vc_s.index(0).store(vhi)
             vc_s.index(1).store(vlo)
             fence_async_shared()
@@ -216,11 +219,13 @@ def _bwd_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, DQ, 
             fence_async_shared()
             # each gradient goes to shared memory as soon as it is complete (its staging
             # buffer for the TMA store): kept in registers until the end they cost 120 B of
-            # spills at D = 128 (ptxas, sm_90)
+            # spills at D = 128 (ptxas, sm_90). The lo halves go first, as in the portable
+            # kernel's _mma_split: the same sums in the same order.
             zo = gl.zeros([BM, HD], gl.float32, o_lay)
             dv = warpgroup_mma(pd_s.index(1).permute((1, 0)), dob, zo, use_acc=False)
-            vb.store(warpgroup_mma(pd_s.index(0).permute((1, 0)), dob, dv).to(dtype))
-            # dS takes P's buffers once dV is done (the MMAs are synchronous)
+            dv_s.store(warpgroup_mma(pd_s.index(0).permute((1, 0)), dob, dv).to(dtype))
+            # dS takes P's buffers once dV is done (the MMAs are synchronous): 16 KB less, so
+            # two CTAs fit per SM at D = 64
             dshi, dslo = _split(ds, dtype)
             pd_s.index(0).store(dshi)
             pd_s.index(1).store(dslo)
@@ -233,14 +238,15 @@ def _bwd_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, DQ, 
             if n == BM:
                 fence_async_shared()
                 row = start.to(gl.int32)
-                tma.async_copy_shared_to_global(dv_desc, [row, h * HD], vb)
+                tma.async_copy_shared_to_global(dv_desc, [row, h * HD], dv_s)
                 tma.async_copy_shared_to_global(dq_desc, [row, h * HD], vc_s.index(0))
                 tma.async_copy_shared_to_global(dk_desc, [row, h * HD], vc_s.index(1))
             else:
-                _store_rows(DV, vb, start, n, h, stride_dvt, stride_dvh, r_lay)
+                _store_rows(DV, dv_s, start, n, h, stride_dvt, stride_dvh, r_lay)
                 _store_rows(DQ, vc_s.index(0), start, n, h, stride_dqt, stride_dqh, r_lay)
                 _store_rows(DK, vc_s.index(1), start, n, h, stride_dkt, stride_dkh, r_lay)
-                fence_async_shared()  # these reads before the next TMA writes into the buffers
+        start, n, h = nx_start, nx_n, nx_h
+        nx_start, nx_n, nx_h = nn_start, nn_n, nn_h
     tma.store_wait(pendings=0)
     for i in gl.static_range(2):
         mbarrier.invalidate(bars.index(i))
@@ -295,8 +301,9 @@ def launch_bwd(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor,
     sms = torch.cuda.get_device_properties(q.device).multi_processor_count
     grid = min(n_tiles, sms * CONFIGS.get(D, PROGRAMS_PER_SM[D]))
     _bwd_kernel[(grid,)](
-        *(_desc(t, lay) for t in (q, k, v, grad_out, dq, dk, dv)), dq, dk, dv,
-        table.start, table.length, n_tiles, dq.stride(0), dq.stride(1), dk.stride(0),
+        *(_desc(t, lay) for t in (q, k, v, grad_out, dq, dk, dv)), v, dq, dk, dv,
+        table.start, table.length, n_tiles, v.stride(0), v.stride(1), dq.stride(0),
+        dq.stride(1), dk.stride(0),
         dk.stride(1), dv.stride(0), dv.stride(1), scale * LOG2E, scale,
         H=H, IS_BF16=q.dtype == torch.bfloat16, num_warps=4,
     )  # fmt: skip

@@ -322,7 +322,7 @@ def _compile_gluon(variant: Variant, target: str, res: Result) -> Result:
             signature[name] = "constexpr"
         elif name.endswith("_desc"):
             signature[name] = f"tensordesc<{variant.dtype}[{G.BLOCK}, {variant.head_dim}],{lay!r}>"
-        elif name in ("DQ", "DK", "DV"):
+        elif name in ("V", "DQ", "DK", "DV"):
             signature[name] = f"*{variant.dtype}"
         elif name in ("tile_start", "tile_len"):
             signature[name] = "*i64" if name == "tile_start" else "*i32"
