@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # GPU work on the Gluon backward (issue 23), one device call per phase.
 #   phase a: its own tests (the kernel judged on sm_90); the A/B against the portable backward
-#            with a programs-per-SM axis; the kernel tests and the whole not-slow tier with
+#            with a programs-per-SM axis; the whole not-slow tier with
 #            BLOCKATTN_KERNEL_PATH=prefer-gluon (every backward it can run goes through it)
-#   phase b: every mutant (the Gluon ones included) against the H100 baseline; false alarms
-#   phase c: the bench (blockattn, fa2) and the stage profile, on whichever GPU the call got
-# Usage: bash benchmarks/gpu_gluon.sh a|b|c OUTDIR [COMMIT]
+#   phase b: the whole not-slow tier by default (auto: the Gluon backward at D = 128); every
+#            mutant (the Gluon ones included) against the H100 baseline
+#   phase c: false alarms (12 seeds, every distribution, with prefer-gluon); the bench
+#            (blockattn, fa2); the stage profile at D = 128
+#   phase h: on an H200: its own tests, the A/B, the bench, the stage profile
+# Usage: bash benchmarks/gpu_gluon.sh a|b|c|h OUTDIR [COMMIT]
 set -uo pipefail
 phase=$1
 out=${2:-$OUT}
@@ -21,13 +24,22 @@ if [ "$phase" = a ]; then
     -n 8 -m "not slow" -q -p no:cacheprovider
 fi
 if [ "$phase" = b ]; then
-  step mutants timeout 300 python3 -m blockattn mutants --jobs 12 --tolerances v5 \
+  step pytest_gpu timeout 300 python3 -m pytest -n 8 -m "not slow" -q -p no:cacheprovider
+  step mutants timeout 280 python3 -m blockattn mutants --jobs 12 --tolerances v5 \
     --baseline ci/baselines/h100/report.json --out "$r/mutants"
-  step false_alarms timeout 250 python3 -m blockattn false-alarms --tolerances v5 --seeds 12 \
-    --fuzz 2 --every-distribution --profile gpu --out "$r/false_alarms" --no-progress
 fi
 if [ "$phase" = c ]; then
-  step bench timeout 400 python3 -m blockattn bench --providers blockattn,fa2 --out "$r/bench" --no-sweeps \
-    --time-budget-s 360
-  step stages timeout 150 python3 benchmarks/stage_profile.py --out "$r/stages" --head-dims 128
+  step false_alarms env BLOCKATTN_KERNEL_PATH=prefer-gluon timeout 250 python3 -m blockattn \
+    false-alarms --tolerances v5 --seeds 12 --fuzz 2 --every-distribution --profile gpu \
+    --out "$r/false_alarms" --no-progress
+  step bench timeout 230 python3 -m blockattn bench --providers blockattn,fa2 --out "$r/bench" \
+    --no-sweeps --time-budget-s 200
+  step stages timeout 100 python3 benchmarks/stage_profile.py --out "$r/stages" --head-dims 128
+fi
+if [ "$phase" = h ]; then
+  step gluon_tests timeout 100 python3 -m pytest -q -x tests/kernels/test_gluon_path.py -p no:cacheprovider
+  step ab timeout 150 python3 benchmarks/ab_gluon.py --out "$r/ab" --rounds 2
+  step bench timeout 230 python3 -m blockattn bench --providers blockattn,fa2 --out "$r/bench" \
+    --no-sweeps --time-budget-s 200
+  step stages timeout 100 python3 benchmarks/stage_profile.py --out "$r/stages" --head-dims 128
 fi

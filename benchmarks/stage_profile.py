@@ -129,10 +129,14 @@ def profile_head_dim(D: int, ceiling: float, doc: dict, out: Path) -> None:
                 "memory_only": functools.partial(memory_only, kernel, q, k, v, do, sinu, table,
                                                  outs),
             }
+            # The no-split switch patches the portable kernels' flags: the Gluon backward has no
+            # such switch, so its rows are split only (and say which path ran).
+            gluon = kernel == "bwd" and dispatch.gluon_bwd(q, sinu, 64, True, (q, k, v, do, *outs))
             for name, fn in variants.items():
-                for split in (True, False) if name != "memory_only" else (True,):
+                splits = (True,) if name == "memory_only" or gluon else (True, False)
+                for split in splits:
                     row = {"D": D, "kernel": kernel, "rotary": rotary, "stage": name,
-                           "split": split}
+                           "split": split, "path": "gluon" if gluon else "triton"}
                     try:
                         t = time_stage(fn, split)
                         row.update(ms=t, pct_ceiling_of_full_bytes=100 * nbytes / (t * 1e-3)
@@ -147,8 +151,9 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--head-dims", default="128,64")
-    ap.add_argument("--path", choices=("auto", "portable", "hopper"), default="auto",
-                    help="kernel path to profile (BLOCKATTN_KERNEL_PATH; hopper: the TMA path)")
+    ap.add_argument("--path", choices=dispatch.PATHS, default="auto",
+                    help="kernel path to profile (BLOCKATTN_KERNEL_PATH; hopper: the Triton TMA "
+                         "path; gluon: the Gluon backward)")
     args = ap.parse_args()
     os.environ["BLOCKATTN_KERNEL_PATH"] = args.path
     out = Path(args.out)
@@ -162,12 +167,13 @@ def main() -> None:
         profile_head_dim(D, ceiling, doc, out)
         torch.cuda.empty_cache()
     print(f"GPU {doc['gpu']}, copy ceiling {ceiling:.2f} TB/s, {doc['date']}")
-    print("| D | kernel | rotary | stage | split | ms | % of ceiling (full bytes) |")
-    print("|---|---|---|---|---|---:|---:|")
+    print("| D | kernel | rotary | path | stage | split | ms | % of ceiling (full bytes) |")
+    print("|---|---|---|---|---|---|---:|---:|")
     for r in doc["rows"]:
         val = (f"{r['ms']:.3f} | {r['pct_ceiling_of_full_bytes']:.1f}" if "ms" in r
                else f"error | {r['error'][:60]}")
-        print(f"| {r['D']} | {r['kernel']} | {r['rotary']} | {r['stage']} | {r['split']} | "
+        print(f"| {r['D']} | {r['kernel']} | {r['rotary']} | {r['path']} | {r['stage']} | "
+              f"{r['split']} | "
               f"{val} |")
 
 

@@ -257,10 +257,14 @@ def _bwd_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, V, D
 
 # Head dims this path is the default for under BLOCKATTN_KERNEL_PATH=auto, with the programs
 # per SM of each: entered only where a same-run device measurement showed it faster than the
-# portable backward at shape P (see the README's bench and results/).
-CONFIGS: dict[int, int] = {}
-HEAD_DIMS = (64, 128)  # what the kernel compiles for (shared memory: 178 KB at D = 128)
-PROGRAMS_PER_SM = {64: 2, 128: 1}
+# portable backward at shape P. H100, benchmarks/ab_gluon.py (results/h100_2026-11-25c/ab):
+#   D = 128: bf16 3.667 vs 4.225 ms (91.2 vs 79.2 % of the copy ceiling), fp16 3.792 vs 4.162;
+#            at 2 CTAs per SM (one input stage's worth of smem each way) 3.695: 1 it is;
+#   D = 64:  bf16 1.948 vs 1.856 ms, fp16 1.889 vs 1.786 (2 CTAs per SM; 1 is 2.42): slower,
+#            so D = 64 stays on the portable kernel (BLOCKATTN_KERNEL_PATH=gluon selects it).
+CONFIGS: dict[int, int] = {128: 1}
+HEAD_DIMS = (64, 128)  # what the kernel compiles for (shared memory: 192 KB at D = 128)
+PROGRAMS_PER_SM = {64: 2, 128: 1}  # launch default (CONFIGS overrides where it names the dim)
 
 
 def unsupported(q: Tensor, sinu_pos: Tensor | None, block_size: int, centred: bool) -> str | None:

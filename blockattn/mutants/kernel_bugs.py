@@ -5,7 +5,17 @@ and re-checked on every test run)."""
 
 from __future__ import annotations
 
-from blockattn.mutants.mutant import ATT, HOPPER, OPS, PREFER_HOPPER, TILE_MATH, TILES, Mutant
+from blockattn.mutants.mutant import (
+    ATT,
+    GLUON,
+    HOPPER,
+    OPS,
+    PREFER_GLUON,
+    PREFER_HOPPER,
+    TILE_MATH,
+    TILES,
+    Mutant,
+)
 
 CORE: tuple[Mutant, ...] = (
     Mutant(
@@ -251,6 +261,41 @@ CORE: tuple[Mutant, ...] = (
         "dv.stride(0), dv.stride(1), sin.stride(0), scale, scale,",
         "Hopper path: the backward recomputes P with exp2 of natural-log-domain logits",
         env=PREFER_HOPPER,
+    ),
+    # The Gluon backward: its workers run with BLOCKATTN_KERNEL_PATH=prefer-gluon, on sm_90 only.
+    Mutant(
+        "gluon-rows-past-block-not-zeroed",
+        "core",
+        GLUON,
+        "            if n < BM:\n                _zero_rows(qb, n, r_lay)",
+        "            if n < 0:\n                _zero_rows(qb, n, r_lay)",
+        "Gluon path: the rows a partial block's TMA box reads past its end (the next "
+        "sequence's) are not zeroed in shared memory",
+        env=PREFER_GLUON,
+        needs_sm90=True,
+    ),
+    Mutant(
+        "gluon-q-box-at-head-0",
+        "core",
+        GLUON,
+        "tma.async_copy_global_to_shared(q_desc, [row, col], bar, q_s.index(stage), pred)",
+        "tma.async_copy_global_to_shared(q_desc, [row, 0], bar, q_s.index(stage), pred)",
+        "Gluon path: every head's q tile is loaded from head 0's columns",
+        env=PREFER_GLUON,
+        needs_sm90=True,
+    ),
+    Mutant(
+        "gluon-table-read-a-tile-late",
+        "core",
+        GLUON,
+        "nn_start, nn_n, nn_h = _tile_at(gl.minimum(t + 2 * n_prog, n_tiles - 1), tile_start,",
+        "nn_start, nn_n, nn_h = _tile_at(gl.minimum(t + n_prog, n_tiles - 1), tile_start,",
+        "Gluon path: the tile table is read one tile late in the persistent loop (a program "
+        "with three or more tiles computes its second twice and never its last); the quick "
+        "tier has fewer tiles than programs, so the path's own many-tile test kills it",
+        env=PREFER_GLUON,
+        needs_sm90=True,
+        tests=("tests/kernels/test_gluon_path.py::test_gluon_persistent_loop_many_tiles",),
     ),
 )
 

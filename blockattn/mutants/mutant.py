@@ -11,6 +11,8 @@ TILE_MATH = "kernels/tile_math.py"  # the tile arithmetic both kernel paths shar
 DISPATCH = "kernels/dispatch.py"
 HOPPER = "kernels/attention_hopper.py"
 PREFER_HOPPER = (("BLOCKATTN_KERNEL_PATH", "prefer-hopper"),)
+GLUON = "kernels/attention_gluon.py"  # the Gluon backward (sm_90 only: no interpreter)
+PREFER_GLUON = (("BLOCKATTN_KERNEL_PATH", "prefer-gluon"),)
 TILES = "kernels/tiles.py"
 OPS = "ops.py"
 ERROR_BOUND = "../oracles/error_bound.py"  # the FP64 bound: the `oracles` package beside blockattn
@@ -33,3 +35,6 @@ class Mutant:
     # mutated copy: for a bug in the judge that no gate run can show (a bound term, a rule for
     # inputs the quick tier never has), the judge's own known-answer tests are what kills it.
     tests: tuple[str, ...] = ()
+    # The mutated code runs only on an sm_90 GPU (the Gluon path: Gluon has no interpreter).
+    # Elsewhere the mutant is reported "not run", never counted as killed.
+    needs_sm90: bool = False

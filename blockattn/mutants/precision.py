@@ -2,7 +2,8 @@
 pipeline, without crashing or producing a gross error. They are the regressions a suite that only
 checks "close to a reference" lets through; they exist to measure how sensitive the suite is.
 
-Every anchor occurs exactly once in the current `kernels/tile_math.py` (the catalog's rule).
+Every anchor occurs exactly once in the current `kernels/tile_math.py` (the catalog's rule), or,
+for the "gluon-" ones, in `kernels/attention_gluon.py` (sm_90 only: run where a GPU has it).
 Roundings use the file's own `_round_to` (round to nearest even on every backend, so the
 interpreter shows what a GPU would), not a bare `.to(q.dtype)`, which truncates bf16 under the
 interpreter. Which cases can show each bug is in its description: "rotary" needs fused rotary,
@@ -14,7 +15,7 @@ cancels (see `_bwd_tile`).
 
 from __future__ import annotations
 
-from blockattn.mutants.mutant import TILE_MATH, Mutant
+from blockattn.mutants.mutant import GLUON, PREFER_GLUON, TILE_MATH, Mutant
 
 _G = "precision"
 _RD = "IS_BF16, INTERPRET).to(tl.float32)"  # tail of `_round_to(x, DT, ...)` back to fp32
@@ -215,5 +216,36 @@ PRECISION: tuple[Mutant, ...] = (
         "",
         "fp16 dS split without its power-of-two scale: the lo half of a small dS falls below "
         "fp16's normal range (fp16, small dS as with near-constant V)",
+    ),
+    # ------------------------------------------------------------------ the Gluon backward
+    Mutant(
+        "gluon-dv-p-lo-dropped",
+        _G,
+        GLUON,
+        "dv = warpgroup_mma(pd_s.index(1).permute((1, 0)), dob, zo, use_acc=False)",
+        "dv = zo",
+        "Gluon path: dV = P^T dO with P rounded to the input dtype (its lo half dropped)",
+        env=PREFER_GLUON,
+        needs_sm90=True,
+    ),
+    Mutant(
+        "gluon-v-uncentred",
+        _G,
+        GLUON,
+        "row0 = gl.load(V + start * stride_vt + h * stride_vh + cols).to(gl.float32)",
+        "row0 = gl.zeros([v.shape[1]], gl.float32, gl.SliceLayout(0, lay))",
+        "Gluon path: V enters dO V^T uncentred: dP - Di cancels in fp32 again (near-constant V)",
+        env=PREFER_GLUON,
+        needs_sm90=True,
+    ),
+    Mutant(
+        "gluon-ds-fp16-scale-dropped",
+        _G,
+        GLUON,
+        "                ds = ds * up\n                dscale = sm_scale * down\n",
+        "",
+        "Gluon path: fp16 dS split without its power-of-two scale (fp16, small dS)",
+        env=PREFER_GLUON,
+        needs_sm90=True,
     ),
 )

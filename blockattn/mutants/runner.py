@@ -68,7 +68,8 @@ class Outcome:
     name: str
     group: str
     description: str
-    status: str  # killed | survived | error | timeout (control: passed | killed ...)
+    # killed | survived | error | timeout | not run (needs an sm_90 GPU); control: passed | ...
+    status: str
     kind: str | None = None  # killed: "numeric", "crash" (the kernel raised) or "tests"
     metric: str | None = None
     failure: str | None = None
@@ -169,16 +170,20 @@ def run_mutants(
     timeout_s: float = WORKER_TIMEOUT_S,
     control: bool = True,
 ) -> tuple[Outcome | None, list[Outcome]]:
-    """(control outcome, one outcome per mutant in the given order)."""
+    """(control outcome, one outcome per mutant in the given order). A mutant whose code runs
+    only on an sm_90 GPU is reported "not run" anywhere else (never counted as killed)."""
+    here = on_sm90()
+    skipped = {m.name for m in mutants if m.needs_sm90 and not here}
+    runnable = [m for m in mutants if m.name not in skipped]
     ctrl = None
-    if control:
+    if control and runnable:
         # The control runs every case: any failure there makes every "kill" meaningless. It
         # runs again under each environment a selected mutant needs (the Hopper path's), and
         # the first that fails is the one reported.
-        envs = sorted({(), *(m.env for m in mutants)})
+        envs = sorted({(), *(m.env for m in runnable)})
         # ... and runs every test a selected mutant relies on (they must pass unmodified), once:
         # they judge the judge, whatever the kernel path.
-        tests = sorted({t for m in mutants for t in m.tests})
+        tests = sorted({t for m in runnable for t in m.tests})
         for env in envs:
             ctrl = _run_one(None, {**plan, "keep_going": True, "tests": [] if env else tests},
                             timeout_s, env)
@@ -189,8 +194,19 @@ def run_mutants(
                 extra = "; ".join(_env_text(e) for e in envs[1:])
                 ctrl.name = f"control (unmodified, by default and under {extra})"
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as ex:
-        outs = list(ex.map(lambda m: _run_one(m, plan, timeout_s), mutants))
+        ran = dict(zip((m.name for m in runnable),
+                       ex.map(lambda m: _run_one(m, plan, timeout_s), runnable), strict=True))
+    outs = [ran[m.name] if m.name in ran else
+            Outcome(m.name, m.group, m.description, "not run",
+                    detail="its code runs only on an sm_90 GPU (Gluon has no interpreter)")
+            for m in mutants]
     return ctrl, outs
+
+
+def on_sm90() -> bool:
+    import torch
+
+    return torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
 
 
 def package_dir() -> Path:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from blockattn import cli
-from blockattn.mutants import catalog
+from blockattn.mutants import catalog, runner
 from blockattn.mutants.apply import PACKAGE_DIR, anchor_count, check_anchor, make_copy
 from blockattn.mutants.mutant import ATT, Mutant
 from blockattn.mutants.runner import failing_metric
@@ -133,13 +133,30 @@ def _run(args: list[str], tmp_path: Path) -> dict:
 
 def _assert_all_killed(payload: dict) -> None:
     assert payload["control"]["status"] == "passed", payload["control"]
+    sm90_only = {m.name for m in catalog.MUTANTS if m.needs_sm90}
     for o in payload["mutants"]:
+        if o["status"] == "not run":  # only a Gluon mutant, only off an sm_90 GPU
+            assert o["name"] in sm90_only and not runner.on_sm90(), o
+            continue
         # Killed by a numeric verdict: a mutant that only crashes the kernel is not realistic.
         # A bug in the judge no gate run can show is killed by the judge's own tests; a contract
         # bug (output written into an input) may make the run raise, which fails closed.
         kinds = ("numeric", "tests", "crash") if o["group"] == "contract" else ("numeric", "tests")
         assert o["status"] == "killed" and o["kind"] in kinds, o
     assert payload["rc"] == 0
+
+
+def test_sm90_only_mutants_are_not_run_elsewhere_and_never_count_as_killed(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    gluon = [m for m in catalog.MUTANTS if m.needs_sm90]
+    assert gluon and all(m.file == "kernels/attention_gluon.py" for m in gluon)
+    if runner.on_sm90():
+        pytest.skip("on an sm_90 GPU these mutants run (test_every_mutant_is_killed)")
+    ctrl, outs = runner.run_mutants(gluon, {}, jobs=1)
+    assert ctrl is None and [o.status for o in outs] == ["not run"] * len(gluon)
+    # selecting only such mutants is an error (nothing ran), not a clean pass
+    rc = cli.main(["mutants", "--mutant", gluon[0].name, "--out", str(tmp_path)])
+    assert rc == 1 and "no mutant ran here" in capsys.readouterr().err
 
 
 def test_ci_subset_is_killed(tmp_path: Path) -> None:
