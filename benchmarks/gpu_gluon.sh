@@ -5,10 +5,11 @@
 #            BLOCKATTN_KERNEL_PATH=prefer-gluon (every backward it can run goes through it)
 #   phase b: the whole not-slow tier by default (auto: the Gluon backward at D = 128); every
 #            mutant (the Gluon ones included) against the H100 baseline
-#   phase c: false alarms (12 seeds, every distribution, with prefer-gluon); the bench
-#            (blockattn, fa2); the stage profile at D = 128
+#   phase c: the whole not-slow tier again (420 s); false alarms (8 seeds, every
+#            distribution, with prefer-gluon)
+#   phase d: the bench (blockattn, fa2); the stage profile at D = 128
 #   phase h: on an H200: its own tests, the A/B, the bench, the stage profile
-# Usage: bash benchmarks/gpu_gluon.sh a|b|c|h OUTDIR [COMMIT]
+# Usage: bash benchmarks/gpu_gluon.sh a|b|c|d|h OUTDIR [COMMIT]
 set -uo pipefail
 phase=$1
 out=${2:-$OUT}
@@ -23,15 +24,18 @@ if [ "$phase" = a ]; then
   step pytest_prefer_gluon env BLOCKATTN_KERNEL_PATH=prefer-gluon timeout 330 python3 -m pytest \
     -n 8 -m "not slow" -q -p no:cacheprovider
 fi
-if [ "$phase" = b ]; then
+if [ "$phase" = b ]; then  # (its pytest step ran out of its 300 s at ~95 %: phase c re-runs it)
   step pytest_gpu timeout 300 python3 -m pytest -n 8 -m "not slow" -q -p no:cacheprovider
   step mutants timeout 280 python3 -m blockattn mutants --jobs 12 --tolerances v5 \
     --baseline ci/baselines/h100/report.json --out "$r/mutants"
 fi
 if [ "$phase" = c ]; then
-  step false_alarms env BLOCKATTN_KERNEL_PATH=prefer-gluon timeout 250 python3 -m blockattn \
-    false-alarms --tolerances v5 --seeds 12 --fuzz 2 --every-distribution --profile gpu \
+  step pytest_gpu timeout 420 python3 -m pytest -n 8 -m "not slow" -q -p no:cacheprovider
+  step false_alarms env BLOCKATTN_KERNEL_PATH=prefer-gluon timeout 170 python3 -m blockattn \
+    false-alarms --tolerances v5 --seeds 8 --fuzz 2 --every-distribution --profile gpu \
     --out "$r/false_alarms" --no-progress
+fi
+if [ "$phase" = d ]; then
   step bench timeout 230 python3 -m blockattn bench --providers blockattn,fa2 --out "$r/bench" \
     --no-sweeps --time-budget-s 200
   step stages timeout 100 python3 benchmarks/stage_profile.py --out "$r/stages" --head-dims 128
