@@ -30,6 +30,8 @@ CPU tests compile it ahead of time for sm_90 (tests/kernels/test_gluon_path.py).
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import Tensor
 from triton.experimental import gluon
@@ -263,6 +265,10 @@ def _bwd_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, V, D
 #   D = 64:  bf16 1.948 vs 1.856 ms, fp16 1.889 vs 1.786 (2 CTAs per SM; 1 is 2.42): slower,
 #            so D = 64 stays on the portable kernel (BLOCKATTN_KERNEL_PATH=gluon selects it).
 CONFIGS: dict[int, int] = {128: 1}
+# Per GPU (a substring of torch.cuda.get_device_name), over CONFIGS. H200, same script
+# (results/h200_2026-11-25c): D = 128 bf16 3.531 vs 3.735 ms, fp16 3.640 vs 3.715; D = 64
+# bf16 1.648 vs 1.762 (and 1.610 vs 1.738 in a second run), fp16 1.709 vs 1.742: faster there.
+GPU_CONFIGS: dict[str, dict[int, int]] = {"H200": {64: 2}}
 HEAD_DIMS = (64, 128)  # what the kernel compiles for (shared memory: 192 KB at D = 128)
 PROGRAMS_PER_SM = {64: 2, 128: 1}  # launch default (CONFIGS overrides where it names the dim)
 
@@ -281,6 +287,24 @@ def unsupported(q: Tensor, sinu_pos: Tensor | None, block_size: int, centred: bo
     if not 32 < block_size <= BLOCK:
         return f"block_size={block_size} (its tiles are {BLOCK} rows: 33..64)"
     return None
+
+
+@functools.cache
+def _device_name(index: int) -> str:
+    return torch.cuda.get_device_name(index)
+
+
+def configs(device: torch.device) -> dict[int, int]:
+    """{head dim: programs per SM} where this path is the default on `device`."""
+    if device.type != "cuda":
+        return dict(CONFIGS)
+    name = _device_name(device.index if device.index is not None
+                        else torch.cuda.current_device())
+    out = dict(CONFIGS)
+    for key, extra in GPU_CONFIGS.items():
+        if key in name:
+            out.update(extra)
+    return out
 
 
 # ----------------------------------------------------------------------------- launcher
@@ -303,7 +327,7 @@ def launch_bwd(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor,
     dtype = gl.bfloat16 if q.dtype == torch.bfloat16 else gl.float16
     lay = gl.NVMMASharedLayout.get_default_for([BLOCK, D], dtype)
     sms = torch.cuda.get_device_properties(q.device).multi_processor_count
-    grid = min(n_tiles, sms * CONFIGS.get(D, PROGRAMS_PER_SM[D]))
+    grid = min(n_tiles, sms * configs(q.device).get(D, PROGRAMS_PER_SM[D]))
     _bwd_kernel[(grid,)](
         *(_desc(t, lay) for t in (q, k, v, grad_out, dq, dk, dv)), v, dq, dk, dv,
         table.start, table.length, n_tiles, v.stride(0), v.stride(1), dq.stride(0),

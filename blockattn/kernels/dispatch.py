@@ -43,13 +43,14 @@ def gluon_bwd(q: Tensor, sinu_pos: Tensor | None, block_size: int, centred: bool
     BLOCKATTN_KERNEL_PATH=gluon forces it (raising, with the reason, where it cannot run; the
     forward then takes its own default); prefer-gluon takes it wherever it can run (what runs
     the whole suite against it). Unset or "auto" takes it on sm_90 for the head dims in
-    attention_gluon.CONFIGS (entered where the device measured it faster) wherever it can run.
+    attention_gluon.configs() (CONFIGS and GPU_CONFIGS: entered where the device measured it
+    faster) wherever it can run.
     Gluon has no interpreter: under TRITON_INTERPRET=1 it never runs (forced: an error).
     """
     want = _wanted()
     if want not in ("auto", "gluon", "prefer-gluon"):
         return False
-    if want == "auto" and (INTERPRET or G is None or q.shape[2] not in G.CONFIGS):
+    if want == "auto" and (INTERPRET or G is None or q.shape[2] not in G.configs(q.device)):
         return False  # no measured config: skip the checks below on every launch
     why = _NO_GLUON if G is None else G.unsupported(q, sinu_pos, block_size, centred)
     if why is None and INTERPRET:

@@ -93,9 +93,17 @@ def test_gluon_dispatch_modes(monkeypatch) -> None:
     assert dispatch.kernel_path("fwd", q, None, (q,)) in ("portable", "hopper")
     monkeypatch.delenv("BLOCKATTN_KERNEL_PATH")
     monkeypatch.setattr(G, "CONFIGS", {})  # auto: no measured config, no Gluon path
+    monkeypatch.setattr(G, "GPU_CONFIGS", {})
     assert not call()
     monkeypatch.setattr(G, "CONFIGS", {128: 1})
     assert call() == ON_SM90
+    # a GPU's own entry adds head dims there only
+    monkeypatch.setattr(G, "CONFIGS", {})
+    monkeypatch.setattr(G, "GPU_CONFIGS", {"no such GPU": {128: 1}})
+    assert not call()
+    if ON_SM90:
+        monkeypatch.setattr(G, "GPU_CONFIGS", {torch.cuda.get_device_name(): {128: 1}})
+        assert call()
 
 
 # ----------------------------------------------------------------------------- GPU: the kernel
