@@ -1,6 +1,8 @@
 """Prototype (issue 23): how fast can the plain D128 backward chain run when the next tile's
 loads are in flight during this tile's math? A Gluon kernel, not shipped, measured beside the
-shipped Triton kernel and the copy ceiling in one run.
+shipped Triton kernel and the copy ceiling in one run. The shipped path grown from it is
+blockattn/kernels/attention_gluon.py (partial blocks, tile table, fp16, D 64, bitwise the
+portable kernel's); this script is kept for its no-split, async and two-CTA variants.
 
     python benchmarks/gluon_bwd_skeleton.py --out DIR
 

@@ -14,7 +14,10 @@ fp32 variants are not built for sm_100: blockattn rejects fp32 inputs on sm_100+
 The opt-in Hopper TMA path (blockattn.kernels.attention_hopper, names ending "-hopper") is built
 for sm_90 only, in bf16/fp16: it must build, use tensor cores and issue TMA loads
 (`cp.async.bulk.tensor`); its spills are recorded, not gated, because no launch takes that path
-by default (its CONFIGS are empty: it was measured slower everywhere).
+by default (its CONFIGS are empty: it was measured slower everywhere). The Gluon backward
+(blockattn.kernels.attention_gluon, names ending "-gluon": plain bwd, bf16/fp16) is built for
+sm_90 only, through GluonASTSource; it is a default path, so its spills are gated at 0 B, and the
+CTAs per SM its launch puts must fit.
 
 The build must not see TRITON_INTERPRET=1: under it `@triton.jit` returns interpreter functions
 and `attention.INTERPRET` turns on the CPU shims. So the compiles always run in fresh worker
