@@ -181,11 +181,32 @@ def ctas_per_sm(registers: int, num_warps: int, smem: int) -> int:
 # ----------------------------------------------------------------------------- worker side
 
 
+def _build(src: Any, arch: int, options: dict[str, Any], res: Result) -> Any:
+    """Compile `src` for sm_<arch> and record the build's time, ptxas' registers and spills,
+    shared/tensor memory and CTAs per SM in `res` (whose num_warps is set). Returns the kernel."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+
+    log = io.StringIO()
+    t0 = time.perf_counter()
+    # TRITON_DUMP_PTXAS_LOG (set by the parent) makes make_cubin print ptxas' -v log to stdout.
+    with contextlib.redirect_stdout(log):
+        kernel = triton.compile(src, target=GPUTarget("cuda", arch, 32), options=options)
+    res.compile_s = round(time.perf_counter() - t0, 2)
+    stats = parse_ptxas_log(log.getvalue())
+    if "registers" not in stats:
+        raise RuntimeError(f"no ptxas -v log captured; stdout was:\n{log.getvalue()[-2000:]}")
+    for k, v in stats.items():
+        setattr(res, k, v)
+    res.smem = int(kernel.metadata.shared)
+    res.tmem = int(getattr(kernel.metadata, "tmem_size", 0) or 0)
+    res.ctas_per_sm = ctas_per_sm(res.registers or 0, res.num_warps, res.smem + res.static_smem)
+    return kernel
+
+
 def _compile_one(variant: Variant, target: str) -> Result:
     """Compile one variant for one target; runs in a worker without TRITON_INTERPRET."""
     import torch
-    import triton
-    from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     from blockattn.kernels import attention as A
@@ -249,25 +270,8 @@ def _compile_one(variant: Variant, target: str) -> Result:
             raise RuntimeError(f"{fn.__name__}: argument {name} unknown to compile-check")
     res.num_warps = cfg.num_warps
     src = ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
-    log = io.StringIO()
-    t0 = time.perf_counter()
-    # TRITON_DUMP_PTXAS_LOG (set by the parent) makes make_cubin print ptxas' -v log to stdout.
-    with contextlib.redirect_stdout(log):
-        kernel = triton.compile(
-            src,
-            target=GPUTarget("cuda", arch, 32),
-            options={"num_warps": cfg.num_warps, "num_stages": cfg.num_stages,
-                     "maxnreg": cfg.maxnreg},
-        )
-    res.compile_s = round(time.perf_counter() - t0, 2)
-    stats = parse_ptxas_log(log.getvalue())
-    if "registers" not in stats:
-        raise RuntimeError(f"no ptxas -v log captured; stdout was:\n{log.getvalue()[-2000:]}")
-    for k, v in stats.items():
-        setattr(res, k, v)
-    res.smem = int(kernel.metadata.shared)
-    res.tmem = int(getattr(kernel.metadata, "tmem_size", 0) or 0)
-    res.ctas_per_sm = ctas_per_sm(res.registers or 0, res.num_warps, res.smem + res.static_smem)
+    kernel = _build(src, arch, {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages,
+                                "maxnreg": cfg.maxnreg}, res)
 
     res.mma_counts = count_mma(kernel.asm["ptx"])
     if hopper:
@@ -308,8 +312,6 @@ def _compile_one(variant: Variant, target: str) -> Result:
 def _compile_gluon(variant: Variant, target: str, res: Result) -> Result:
     """The Gluon backward (attention_gluon): a default path where its CONFIGS name the head
     dim, so its spills are gated like the portable kernels' (accepted: 0 B)."""
-    import triton
-    from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon._runtime import GluonASTSource
 
@@ -338,20 +340,8 @@ def _compile_gluon(variant: Variant, target: str, res: Result) -> Result:
     num_warps = 4
     constexprs = dict(H=N_HEADS, IS_BF16=variant.dtype == "bf16", num_warps=num_warps)
     src = GluonASTSource(fn=fn, signature=signature, constexprs=constexprs)
-    log = io.StringIO()
-    t0 = time.perf_counter()
-    with contextlib.redirect_stdout(log):
-        kernel = triton.compile(src, target=GPUTarget("cuda", TARGETS[target], 32),
-                                options={"num_warps": num_warps})
-    res.compile_s = round(time.perf_counter() - t0, 2)
-    stats = parse_ptxas_log(log.getvalue())
-    if "registers" not in stats:
-        raise RuntimeError(f"no ptxas -v log captured; stdout was:\n{log.getvalue()[-2000:]}")
-    for k, v in stats.items():
-        setattr(res, k, v)
     res.num_warps = num_warps
-    res.smem = int(kernel.metadata.shared)
-    res.ctas_per_sm = ctas_per_sm(res.registers or 0, num_warps, res.smem + res.static_smem)
+    kernel = _build(src, TARGETS[target], {"num_warps": num_warps}, res)
     res.mma_counts = count_mma(kernel.asm["ptx"])
     res.mma_counts[TMA_OPCODE] = kernel.asm["ptx"].count(TMA_OPCODE)
     n_mma = res.mma_counts[MMA_OPCODE[90]]
