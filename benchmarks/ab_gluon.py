@@ -8,8 +8,7 @@ Shape P (B=1152, max_len=4096, sparsity 0.7, H=4) at D=128 and D=64, bf16 and fp
 timing is a median of triton.testing.do_bench, taken `--rounds` times alternating the paths
 (the median of those is reported); the bwd floor is 7 passes over a (T, H, D) tensor at the
 copy ceiling measured in this run. `--programs-per-sm` also times the Gluon path at each
-given CTAs per SM (attention_gluon.PROGRAMS_PER_SM), to choose its CONFIGS; `--rotary 0,1`
-adds the fused-rotary backward (q, k, v rotated; the fp32 table of the bench case).
+given CTAs per SM (attention_gluon.PROGRAMS_PER_SM), to choose its CONFIGS.
 """
 
 from __future__ import annotations
@@ -32,8 +31,6 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--programs-per-sm", default="")
     ap.add_argument("--dtypes", default="bf16,fp16")
-    ap.add_argument("--rotary", default="0", help="comma list of 0 (plain) / 1 (fused rotary)")
-    ap.add_argument("--head-dims", default="128,64")
     args = ap.parse_args()
     from blockattn.bench.case import make_bench_case
     from blockattn.bench.measure import copy_ceiling, time_ms
@@ -47,44 +44,36 @@ def main() -> int:
     dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16}
     ppsm = [int(x) for x in args.programs_per_sm.split(",") if x]
     rows = []
-    for D, dt, rot in ((D, dt, rot) for D in (int(d) for d in args.head_dims.split(","))
-                       for dt in args.dtypes.split(",")
-                       for rot in (r == "1" for r in args.rotary.split(","))):
-        c = make_bench_case(f"P-D{D}", B=1152, max_len=4096, sparsity=0.7, H=4, D=D,
-                            dtype=dtypes[dt], device=dev)
-        table = build_tile_table(c.offsets, c.T, 64)
-        nbytes = c.q.numel() * c.q.element_size()
-        floor_ms = 7 * nbytes / (ceiling["tbps"] * 1e12) * 1e3
-        sinu = c.sinu if rot else None  # the production table is fp32
-        fn = functools.partial(dispatch.attention_bwd, c.q, c.k, c.v, c.do, table, sinu,
-                               c.scale, 64, True)
-        paths = {"portable": ("portable", None), "gluon": ("gluon", None)}
-        for p in ppsm:
-            paths[f"gluon_{p}_per_sm"] = ("gluon", p)
-        times: dict[str, list[float]] = {name: [] for name in paths}
-        per_sm = G.ROTARY_PROGRAMS_PER_SM if rot else G.PROGRAMS_PER_SM
-        default = dict(per_sm)
-        configs = dict(G.CONFIGS), dict(G.ROTARY_CONFIGS)
-        G.CONFIGS.pop(D, None)  # PROGRAMS_PER_SM decides here
-        G.ROTARY_CONFIGS.pop(D, None)
-        for _ in range(args.rounds):
-            for name, (env, p) in paths.items():
-                os.environ["BLOCKATTN_KERNEL_PATH"] = env
-                per_sm[D] = p or default[D]
-                fn()
-                times[name].append(time_ms(fn, 25, args.rep_ms))
-        per_sm.update(default)
-        G.CONFIGS.update(configs[0])
-        G.ROTARY_CONFIGS.update(configs[1])
-        res = {"D": D, "dtype": dt, "rotary": rot, "floor_ms": floor_ms}
-        for name, ts in times.items():
-            ms = statistics.median(ts)
-            res[name] = {"ms": ms, "pct_ceiling": 100 * floor_ms / ms, "runs_ms": ts}
-        res["gluon_over_portable"] = res["gluon"]["ms"] / res["portable"]["ms"]
-        rows.append(res)
-        print(json.dumps(res), flush=True)
-        del c
-        torch.cuda.empty_cache()
+    for D in (128, 64):
+        for dt in args.dtypes.split(","):
+            c = make_bench_case(f"P-D{D}", B=1152, max_len=4096, sparsity=0.7, H=4, D=D,
+                                dtype=dtypes[dt], device=dev)
+            table = build_tile_table(c.offsets, c.T, 64)
+            nbytes = c.q.numel() * c.q.element_size()
+            floor_ms = 7 * nbytes / (ceiling["tbps"] * 1e12) * 1e3
+            fn = functools.partial(dispatch.attention_bwd, c.q, c.k, c.v, c.do, table, None,
+                                   c.scale, 64, True)
+            paths = {"portable": ("portable", None), "gluon": ("gluon", None)}
+            for p in ppsm:
+                paths[f"gluon_{p}_per_sm"] = ("gluon", p)
+            times: dict[str, list[float]] = {name: [] for name in paths}
+            default = dict(G.PROGRAMS_PER_SM)
+            for _ in range(args.rounds):
+                for name, (env, p) in paths.items():
+                    os.environ["BLOCKATTN_KERNEL_PATH"] = env
+                    G.PROGRAMS_PER_SM[D] = p or default[D]
+                    fn()
+                    times[name].append(time_ms(fn, 25, args.rep_ms))
+            G.PROGRAMS_PER_SM.update(default)
+            res = {"D": D, "dtype": dt, "floor_ms": floor_ms}
+            for name, ts in times.items():
+                ms = statistics.median(ts)
+                res[name] = {"ms": ms, "pct_ceiling": 100 * floor_ms / ms, "runs_ms": ts}
+            res["gluon_over_portable"] = res["gluon"]["ms"] / res["portable"]["ms"]
+            rows.append(res)
+            print(json.dumps(res), flush=True)
+            del c
+            torch.cuda.empty_cache()
     os.environ.pop("BLOCKATTN_KERNEL_PATH", None)
     args.out.mkdir(parents=True, exist_ok=True)
     meta = {**device_info(), "commit": git_commit(), "ceiling": ceiling,

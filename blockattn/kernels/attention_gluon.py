@@ -1,5 +1,5 @@
-"""Hopper (sm_90) backward in Gluon: the 16-bit backward with the next tile's loads in flight
-while this tile computes; plain, and with fused rotary (opt-in until measured faster).
+"""Hopper (sm_90) backward in Gluon: the plain (no rotary) 16-bit backward with the next tile's
+loads in flight while this tile computes.
 
 Reads top-down: helpers, the kernel, eligibility and configs, the launcher.
 
@@ -100,49 +100,6 @@ def _centred_split(vb, V, start, n, h, stride_vt, stride_vh, lay: gl.constexpr,
 
 
 @gluon.jit
-def _rotate(x, SIN, start, n, stride_st, CONJ: gl.constexpr):
-    """Rotary on the interleaved pairs (x[2i], x[2i+1]) of an fp32 (BLOCK, D) tile by angle i
-    (the transpose with CONJ), as the portable kernels' _rotate; sin/cos of the n valid rows
-    (0 past them) are read from the fp32 table [sin | cos] in the pairs' own layout."""
-    BM: gl.constexpr = x.shape[0]
-    HALF: gl.constexpr = x.shape[1] // 2
-    x0, x1 = gl.split(gl.reshape(x, [BM, HALF, 2]))
-    lay: gl.constexpr = x0.type.layout
-    rows = gl.arange(0, BM, layout=gl.SliceLayout(1, lay))
-    cols = gl.arange(0, HALF, layout=gl.SliceLayout(0, lay))
-    ptrs = (SIN + gl.expand_dims((start + rows).to(gl.int64) * stride_st, 1)
-            + gl.expand_dims(cols, 0))
-    mask = gl.expand_dims(rows < n, 1) & gl.expand_dims(cols < HALF, 0)
-    sin = gl.load(ptrs, mask=mask, other=0.0).to(gl.float32)
-    cos = gl.load(ptrs + HALF, mask=mask, other=0.0).to(gl.float32)
-    if CONJ:
-        y0 = x0 * cos + x1 * sin
-        y1 = x1 * cos - x0 * sin
-    else:
-        y0 = x0 * cos - x1 * sin
-        y1 = x1 * cos + x0 * sin
-    return gl.reshape(gl.join(y0, y1), [BM, 2 * HALF])
-
-
-@gluon.jit
-def _rotated_split(buf, SIN, start, n, stride_st, lay: gl.constexpr, dtype: gl.constexpr):
-    """A shared (BLOCK, D) tile rotated in fp32, as hi + lo."""
-    return _split(_rotate(buf.load(lay).to(gl.float32), SIN, start, n, stride_st, False), dtype)
-
-
-@gluon.jit
-def _rotated_centred_split(vb, SIN, start, n, stride_st, lay: gl.constexpr,
-                           dtype: gl.constexpr):
-    """The rotated V minus the mean of its n valid rows (rows past n kept 0), as hi + lo: the
-    portable kernel's centring of a rotated V."""
-    vr = _rotate(vb.load(lay).to(gl.float32), SIN, start, n, stride_st, False)
-    m = gl.sum(vr, axis=0) / gl.maximum(n, 1).to(gl.float32)
-    rows = gl.arange(0, vr.shape[0], layout=gl.SliceLayout(1, vr.type.layout))
-    vc = gl.where(gl.expand_dims(rows < n, 1), vr - gl.expand_dims(m, 0), 0.0)
-    return _split(vc, dtype)
-
-
-@gluon.jit
 def _probs_and_ds(sc, dp, n, qk_scale, s_lay: gl.constexpr):
     """P = softmax over the n valid keys (log2 domain, fp32) and dS = P (dP - Di), Di summed
     twice (first pass shifts dP by the fp32 Di, second sums the shifted terms)."""
@@ -182,11 +139,10 @@ def _store_rows(base, buf, start, n, h, stride_t, stride_h, lay: gl.constexpr):
 
 
 @gluon.jit
-def _bwd_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, V, DQ, DK, DV, SIN,
+def _bwd_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, V, DQ, DK, DV,
                 tile_start, tile_len, n_tiles, stride_vt, stride_vh, stride_dqt, stride_dqh,
-                stride_dkt, stride_dkh, stride_dvt, stride_dvh, stride_st, qk_scale, sm_scale,
-                H: gl.constexpr, IS_BF16: gl.constexpr, ROTARY: gl.constexpr,
-                ROTATE_V: gl.constexpr, num_warps: gl.constexpr):
+                stride_dkt, stride_dkh, stride_dvt, stride_dvh, qk_scale, sm_scale,
+                H: gl.constexpr, IS_BF16: gl.constexpr, num_warps: gl.constexpr):
     BM: gl.constexpr = q_desc.block_type.shape[0]
     HD: gl.constexpr = q_desc.block_type.shape[1]
     dtype: gl.constexpr = q_desc.dtype
@@ -201,9 +157,6 @@ def _bwd_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, V, D
     # centred V (hi, lo); once dP is formed they stage dQ and dK for the TMA stores
     vc_s = gl.allocate_shared_memory(dtype, [2, BM, HD], lay)
     dv_s = gl.allocate_shared_memory(dtype, [BM, HD], lay)
-    if ROTARY:  # the rotated q and k: hi halves over their input buffers, lo halves here
-        qlo_s = gl.allocate_shared_memory(dtype, [BM, HD], lay)
-        klo_s = gl.allocate_shared_memory(dtype, [BM, HD], lay)
     bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(2):
         mbarrier.init(bars.index(i), count=1)
@@ -244,31 +197,14 @@ def _bwd_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, V, D
                 _zero_rows(vb, n, r_lay)
                 _zero_rows(dob, n, r_lay)
                 fence_async_shared()
-            if ROTARY:
-                # q and k rotated in fp32 and split; hi over the input (dead once read)
-                qhi, qlo = _rotated_split(qb, SIN, start, n, stride_st, r_lay, dtype)
-                qb.store(qhi)
-                qlo_s.store(qlo)
-                khi, klo = _rotated_split(kb, SIN, start, n, stride_st, r_lay, dtype)
-                kb.store(khi)
-                klo_s.store(klo)
             # V centred first (its fp32 tile and halves are dead before S is live)
-            if ROTATE_V:
-                vhi, vlo = _rotated_centred_split(vb, SIN, start, n, stride_st, r_lay, dtype)
-            else:
-                vhi, vlo = _centred_split(vb, V, start, n, h, stride_vt, stride_vh, r_lay,
-                                          dtype)
+            vhi, vlo = _centred_split(vb, V, start, n, h, stride_vt, stride_vh, r_lay, dtype)
             tma.store_wait(pendings=0)  # the last tile's gradients have left vc_s and dv_s
             vc_s.index(0).store(vhi)
             vc_s.index(1).store(vlo)
             fence_async_shared()
             zs = gl.zeros([BM, BM], gl.float32, s_lay)
-            if ROTARY:  # (q_hi + q_lo)(k_hi + k_lo)^T without lo lo, the portable order
-                sc = warpgroup_mma(qlo_s, kb.permute((1, 0)), zs, use_acc=False)
-                sc = warpgroup_mma(qb, klo_s.permute((1, 0)), sc)
-                sc = warpgroup_mma(qb, kb.permute((1, 0)), sc)
-            else:
-                sc = warpgroup_mma(qb, kb.permute((1, 0)), zs, use_acc=False)
+            sc = warpgroup_mma(qb, kb.permute((1, 0)), zs, use_acc=False)
             dp = warpgroup_mma(dob, vc_s.index(1).permute((1, 0)), zs, use_acc=False)
             dp = warpgroup_mma(dob, vc_s.index(0).permute((1, 0)), dp)
             p, ds = _probs_and_ds(sc, dp, n, qk_scale, s_lay)
@@ -289,10 +225,7 @@ def _bwd_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, V, D
             # kernel's _mma_split: the same sums in the same order.
             zo = gl.zeros([BM, HD], gl.float32, o_lay)
             dv = warpgroup_mma(pd_s.index(1).permute((1, 0)), dob, zo, use_acc=False)
-            dv = warpgroup_mma(pd_s.index(0).permute((1, 0)), dob, dv)
-            if ROTATE_V:
-                dv = _rotate(dv, SIN, start, n, stride_st, True)
-            dv_s.store(dv.to(dtype))
+            dv_s.store(warpgroup_mma(pd_s.index(0).permute((1, 0)), dob, dv).to(dtype))
             # dS takes P's buffers once dV is done (the MMAs are synchronous): 16 KB less, so
             # two CTAs fit per SM at D = 64
             dshi, dslo = _split(ds, dtype)
@@ -300,19 +233,10 @@ def _bwd_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, V, D
             pd_s.index(1).store(dslo)
             fence_async_shared()
             dq = warpgroup_mma(pd_s.index(1), kb, zo, use_acc=False)
-            if ROTARY:
-                dq = warpgroup_mma(pd_s.index(0), klo_s, dq)
-            dq = warpgroup_mma(pd_s.index(0), kb, dq) * dscale
-            if ROTARY:
-                dq = _rotate(dq, SIN, start, n, stride_st, True)
-            vc_s.index(0).store(dq.to(dtype))
+            vc_s.index(0).store((warpgroup_mma(pd_s.index(0), kb, dq) * dscale).to(dtype))
             dk = warpgroup_mma(pd_s.index(1).permute((1, 0)), qb, zo, use_acc=False)
-            if ROTARY:
-                dk = warpgroup_mma(pd_s.index(0).permute((1, 0)), qlo_s, dk)
-            dk = warpgroup_mma(pd_s.index(0).permute((1, 0)), qb, dk) * dscale
-            if ROTARY:
-                dk = _rotate(dk, SIN, start, n, stride_st, True)
-            vc_s.index(1).store(dk.to(dtype))
+            dk = warpgroup_mma(pd_s.index(0).permute((1, 0)), qb, dk)
+            vc_s.index(1).store((dk * dscale).to(dtype))
             if n == BM:
                 fence_async_shared()
                 row = start.to(gl.int32)
@@ -345,23 +269,17 @@ CONFIGS: dict[int, int] = {128: 1}
 # (results/h200_2026-11-25c): D = 128 bf16 3.531 vs 3.735 ms, fp16 3.640 vs 3.715; D = 64
 # bf16 1.648 vs 1.762 (and 1.610 vs 1.738 in a second run), fp16 1.709 vs 1.742: faster there.
 GPU_CONFIGS: dict[str, dict[int, int]] = {"H200": {64: 2}}
-# Fused rotary (q, k and, with rotate_v, v rotated on load; the gradients rotated back): the
-# default nowhere until measured faster (ROTARY_CONFIGS empty).
-ROTARY_CONFIGS: dict[int, int] = {}
 HEAD_DIMS = (64, 128)  # what the kernel compiles for (shared memory: 192 KB at D = 128)
-# Launch defaults (the configs override where they name the dim). Rotary needs 32 KB more
-# shared memory (the rotated q and k lo halves): 1 CTA per SM at both head dims.
-PROGRAMS_PER_SM = {64: 2, 128: 1}
-ROTARY_PROGRAMS_PER_SM = {64: 1, 128: 1}
+PROGRAMS_PER_SM = {64: 2, 128: 1}  # launch default (CONFIGS overrides where it names the dim)
 
 
 def unsupported(q: Tensor, sinu_pos: Tensor | None, block_size: int, centred: bool) -> str | None:
     """Why this path cannot run these inputs, or None (arch and TMA layout checked by the
     caller)."""
+    if sinu_pos is not None:
+        return "rotary (sinu_pos) is not implemented on the Gluon path"
     if not centred:
         return "only the centred backward is implemented on the Gluon path"
-    if sinu_pos is not None and sinu_pos.stride(1) != 1:
-        return "sinu_pos needs unit stride along D"
     if q.dtype not in (torch.bfloat16, torch.float16):
         return f"q.dtype={q.dtype} (it takes bfloat16 and float16)"
     if q.shape[2] not in HEAD_DIMS:
@@ -376,10 +294,8 @@ def _device_name(index: int) -> str:
     return torch.cuda.get_device_name(index)
 
 
-def configs(device: torch.device, rotary: bool = False) -> dict[int, int]:
+def configs(device: torch.device) -> dict[int, int]:
     """{head dim: programs per SM} where this path is the default on `device`."""
-    if rotary:
-        return dict(ROTARY_CONFIGS)
     if device.type != "cuda":
         return dict(CONFIGS)
     name = _device_name(device.index if device.index is not None
@@ -400,10 +316,9 @@ def _desc(t: Tensor, lay) -> TensorDescriptor:
 
 
 def launch_bwd(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor,
-               grads: tuple[Tensor, Tensor, Tensor], table: TileTable, scale: float,
-               sinu_pos: Tensor | None = None,
-               rotate_v: bool = True) -> tuple[Tensor, Tensor, Tensor]:
-    """(dq, dk, dv) into `grads`; inputs are eligible (see dispatch.gluon_bwd)."""
+               grads: tuple[Tensor, Tensor, Tensor], table: TileTable,
+               scale: float) -> tuple[Tensor, Tensor, Tensor]:
+    """(dq, dk, dv) into `grads`; inputs are eligible (see dispatch.kernel_path)."""
     T, H, D = q.shape
     dq, dk, dv = grads
     n_tiles = table.n_slots * H
@@ -412,15 +327,13 @@ def launch_bwd(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor,
     dtype = gl.bfloat16 if q.dtype == torch.bfloat16 else gl.float16
     lay = gl.NVMMASharedLayout.get_default_for([BLOCK, D], dtype)
     sms = torch.cuda.get_device_properties(q.device).multi_processor_count
-    rotary = sinu_pos is not None
-    default = (ROTARY_PROGRAMS_PER_SM if rotary else PROGRAMS_PER_SM)[D]
-    grid = min(n_tiles, sms * configs(q.device, rotary).get(D, default))
-    sin = sinu_pos if rotary else q  # any pointer: never read without rotary
+    grid = min(n_tiles, sms * configs(q.device).get(D, PROGRAMS_PER_SM[D]))
     _bwd_kernel[(grid,)](
-        *(_desc(t, lay) for t in (q, k, v, grad_out, dq, dk, dv)), v, dq, dk, dv, sin,
+        *(_desc(t, lay) for t in (q, k, v, grad_out, dq, dk, dv)), v, dq, dk, dv,
         table.start, table.length, n_tiles, v.stride(0), v.stride(1), dq.stride(0),
-        dq.stride(1), dk.stride(0), dk.stride(1), dv.stride(0), dv.stride(1), sin.stride(0),
-        scale * LOG2E, scale, H=H, IS_BF16=q.dtype == torch.bfloat16, ROTARY=rotary,
-        ROTATE_V=rotary and rotate_v, num_warps=4,
+        dq.stride(1), dk.stride(0),
+        dk.stride(1), dv.stride(0), dv.stride(1), scale * LOG2E, scale,
+        H=H, IS_BF16=q.dtype == torch.bfloat16, num_warps=4,
     )  # fmt: skip
     return dq, dk, dv
+

@@ -51,7 +51,7 @@ HEAD_DIMS = (64, 128)
 # "off": no sinu_pos; "rot": rotary on q, k and v (rotate_v=True); "rot-qk": rotate_v=False.
 ROTARY_MODES = ("off", "rot", "rot-qk")
 # hopper: the opt-in Triton TMA path, sm_90, 16-bit inputs only; gluon: the Gluon backward
-# (attention_gluon), sm_90, 16-bit
+# (attention_gluon), sm_90, 16-bit, no rotary
 PATHS = ("portable", "hopper", "gluon")
 TMA_OPCODE = "cp.async.bulk.tensor"
 TARGETS = {"sm_90": 90, "sm_100": 100}
@@ -119,7 +119,7 @@ def all_variants() -> list[Variant]:
         for d in HEAD_DIMS
         for r in ROTARY_MODES
         if not (p == "hopper" and dt == "fp32")  # the Hopper path takes 16-bit inputs only
-        and not (p == "gluon" and (k != "bwd" or dt == "fp32"))
+        and not (p == "gluon" and (k != "bwd" or dt == "fp32" or r != "off"))
     ]
 
 
@@ -329,8 +329,6 @@ def _compile_gluon(variant: Variant, target: str, res: Result) -> Result:
             signature[name] = f"tensordesc<{variant.dtype}[{G.BLOCK}, {variant.head_dim}],{lay!r}>"
         elif name in ("V", "DQ", "DK", "DV"):
             signature[name] = f"*{variant.dtype}"
-        elif name == "SIN":
-            signature[name] = "*fp32" if variant.rotary != "off" else f"*{variant.dtype}"
         elif name in ("tile_start", "tile_len"):
             signature[name] = "*i64" if name == "tile_start" else "*i32"
         elif name.startswith(_STRIDE_PREFIX) or name == "n_tiles":
@@ -340,9 +338,7 @@ def _compile_gluon(variant: Variant, target: str, res: Result) -> Result:
         else:
             raise RuntimeError(f"{fn.__name__}: argument {name} unknown to compile-check")
     num_warps = 4
-    rotary = variant.rotary != "off"
-    constexprs = dict(H=N_HEADS, IS_BF16=variant.dtype == "bf16", ROTARY=rotary,
-                      ROTATE_V=variant.rotary == "rot", num_warps=num_warps)
+    constexprs = dict(H=N_HEADS, IS_BF16=variant.dtype == "bf16", num_warps=num_warps)
     src = GluonASTSource(fn=fn, signature=signature, constexprs=constexprs)
     res.num_warps = num_warps
     kernel = _build(src, TARGETS[target], {"num_warps": num_warps}, res)
@@ -354,16 +350,12 @@ def _compile_gluon(variant: Variant, target: str, res: Result) -> Result:
         res.failures.append(f"no {MMA_OPCODE[90]} in the PTX")
     if not res.mma_counts[TMA_OPCODE]:
         res.failures.append(f"no {TMA_OPCODE} (TMA) in the Gluon path's PTX")
-    spilled = max(res.spill_stores or 0, res.spill_loads or 0) > 0
-    if spilled and rotary and variant.head_dim not in G.ROTARY_CONFIGS:
-        # opt-in (no default launch takes it): recorded, like the Hopper TMA path's
-        res.mma += f" (spills {res.spill_stores}/{res.spill_loads} B: opt-in, recorded)"
-    elif spilled:
+    if max(res.spill_stores or 0, res.spill_loads or 0) > 0:
         res.failures.append(f"spills: {res.spill_stores} B stores, {res.spill_loads} B loads "
                             f"({res.registers} registers; accepted: 0 B)")
     if res.smem + res.static_smem > MAX_SMEM_PER_CTA:
         res.failures.append(f"shared memory {res.smem} B > {MAX_SMEM_PER_CTA} B per CTA")
-    want = (G.ROTARY_PROGRAMS_PER_SM if rotary else G.PROGRAMS_PER_SM)[variant.head_dim]
+    want = G.PROGRAMS_PER_SM[variant.head_dim]
     if res.ctas_per_sm < want:
         res.failures.append(f"{res.ctas_per_sm} CTAs fit per SM; its launch puts {want}")
     return res

@@ -50,8 +50,7 @@ def gluon_bwd(q: Tensor, sinu_pos: Tensor | None, block_size: int, centred: bool
     want = _wanted()
     if want not in ("auto", "gluon", "prefer-gluon"):
         return False
-    if want == "auto" and (INTERPRET or G is None
-                           or q.shape[2] not in G.configs(q.device, sinu_pos is not None)):
+    if want == "auto" and (INTERPRET or G is None or q.shape[2] not in G.configs(q.device)):
         return False  # no measured config: skip the checks below on every launch
     why = _NO_GLUON if G is None else G.unsupported(q, sinu_pos, block_size, centred)
     if why is None and INTERPRET:
@@ -119,7 +118,7 @@ def attention_bwd(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor, table: Tile
     if grads is None:
         grads = tuple(torch.empty(q.shape, dtype=q.dtype, device=q.device) for _ in range(3))
     if gluon_bwd(q, sinu_pos, block_size, centred, (q, k, v, grad_out, *grads)):
-        return G.launch_bwd(q, k, v, grad_out, grads, table, scale, sinu_pos, rotate_v)
+        return G.launch_bwd(q, k, v, grad_out, grads, table, scale)
     if kernel_path("bwd", q, sinu_pos, (q, k, v, grad_out)) == "hopper":
         return AH.launch_bwd(q, k, v, grad_out, grads, table, sinu_pos, scale, block_size,
                              rotate_v, centred)
