@@ -318,7 +318,7 @@ def _desc(t: Tensor, lay) -> TensorDescriptor:
 def launch_bwd(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor,
                grads: tuple[Tensor, Tensor, Tensor], table: TileTable,
                scale: float) -> tuple[Tensor, Tensor, Tensor]:
-    """(dq, dk, dv) into `grads`; inputs are eligible (see dispatch.kernel_path)."""
+    """(dq, dk, dv) into `grads`; inputs are eligible (see dispatch.gluon_bwd)."""
     T, H, D = q.shape
     dq, dk, dv = grads
     n_tiles = table.n_slots * H
