@@ -8,7 +8,7 @@ Shape P (B=1152, max_len=4096, sparsity 0.7, H=4) at D=128 and D=64, bf16 and fp
 timing is a median of triton.testing.do_bench, taken `--rounds` times alternating the paths
 (the median of those is reported); the bwd floor is 7 passes over a (T, H, D) tensor at the
 copy ceiling measured in this run. `--programs-per-sm` also times the Gluon path at each
-given CTAs per SM (attention_gluon.PROGRAMS_PER_SM), to choose its CONFIGS.
+given CTAs per SM (in place of attention_gluon.configs()), to choose its CONFIGS.
 """
 
 from __future__ import annotations
@@ -57,14 +57,18 @@ def main() -> int:
             for p in ppsm:
                 paths[f"gluon_{p}_per_sm"] = ("gluon", p)
             times: dict[str, list[float]] = {name: [] for name in paths}
-            default = dict(G.PROGRAMS_PER_SM)
-            for _ in range(args.rounds):
-                for name, (env, p) in paths.items():
-                    os.environ["BLOCKATTN_KERNEL_PATH"] = env
-                    G.PROGRAMS_PER_SM[D] = p or default[D]
-                    fn()
-                    times[name].append(time_ms(fn, 25, args.rep_ms))
-            G.PROGRAMS_PER_SM.update(default)
+            # The launcher takes its CTAs per SM from configs(device) (the measured defaults,
+            # which name D = 128): the axis replaces that lookup, not PROGRAMS_PER_SM.
+            shipped = G.configs
+            try:
+                for _ in range(args.rounds):
+                    for name, (env, p) in paths.items():
+                        os.environ["BLOCKATTN_KERNEL_PATH"] = env
+                        G.configs = (lambda device, d=D, p=p: {d: p}) if p else shipped
+                        fn()
+                        times[name].append(time_ms(fn, 25, args.rep_ms))
+            finally:
+                G.configs = shipped
             res = {"D": D, "dtype": dt, "floor_ms": floor_ms}
             for name, ts in times.items():
                 ms = statistics.median(ts)
