@@ -173,8 +173,7 @@ def run_mutants(
     """(control outcome, one outcome per mutant in the given order). A mutant whose code runs
     only on an sm_90 GPU is reported "not run" anywhere else (never counted as killed)."""
     here = on_sm90()
-    skipped = {m.name for m in mutants if m.needs_sm90 and not here}
-    runnable = [m for m in mutants if m.name not in skipped]
+    runnable = [m for m in mutants if here or not m.needs_sm90]
     ctrl = None
     if control and runnable:
         # The control runs every case: any failure there makes every "kill" meaningless. It
