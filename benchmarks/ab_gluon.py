@@ -31,6 +31,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--programs-per-sm", default="")
     ap.add_argument("--dtypes", default="bf16,fp16")
+    ap.add_argument("--chains", default="", help="also time these chains per CTA (e.g. 2)")
+    ap.add_argument("--head-dims", default="128,64")
     args = ap.parse_args()
     from blockattn.bench.case import make_bench_case
     from blockattn.bench.measure import copy_ceiling, time_ms
@@ -44,7 +46,8 @@ def main() -> int:
     dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16}
     ppsm = [int(x) for x in args.programs_per_sm.split(",") if x]
     rows = []
-    for D in (128, 64):
+    chains = [int(x) for x in args.chains.split(",") if x]
+    for D in [int(x) for x in args.head_dims.split(",")]:
         for dt in args.dtypes.split(","):
             c = make_bench_case(f"P-D{D}", B=1152, max_len=4096, sparsity=0.7, H=4, D=D,
                                 dtype=dtypes[dt], device=dev)
@@ -53,22 +56,25 @@ def main() -> int:
             floor_ms = 7 * nbytes / (ceiling["tbps"] * 1e12) * 1e3
             fn = functools.partial(dispatch.attention_bwd, c.q, c.k, c.v, c.do, table, None,
                                    c.scale, 64, True)
-            paths = {"portable": ("portable", None), "gluon": ("gluon", None)}
+            paths = {"portable": ("portable", None, None), "gluon": ("gluon", None, None)}
             for p in ppsm:
-                paths[f"gluon_{p}_per_sm"] = ("gluon", p)
+                paths[f"gluon_{p}_per_sm"] = ("gluon", p, None)
+            for n in chains:
+                paths[f"gluon_{n}_chains"] = ("gluon", None, n)
             times: dict[str, list[float]] = {name: [] for name in paths}
             # The launcher takes its CTAs per SM from configs(device) (the measured defaults,
             # which name D = 128): the axis replaces that lookup, not PROGRAMS_PER_SM.
-            shipped = G.configs
+            shipped, shipped_chains = G.configs, G.CHAINS
             try:
                 for _ in range(args.rounds):
-                    for name, (env, p) in paths.items():
+                    for name, (env, p, n) in paths.items():
                         os.environ["BLOCKATTN_KERNEL_PATH"] = env
                         G.configs = (lambda device, d=D, p=p: {d: p}) if p else shipped
+                        G.CHAINS = {D: n} if n else shipped_chains
                         fn()
                         times[name].append(time_ms(fn, 25, args.rep_ms))
             finally:
-                G.configs = shipped
+                G.configs, G.CHAINS = shipped, shipped_chains
             res = {"D": D, "dtype": dt, "floor_ms": floor_ms}
             for name, ts in times.items():
                 ms = statistics.median(ts)

@@ -9,6 +9,7 @@
 #            distribution, with prefer-gluon)
 #   phase d: the bench (blockattn, fa2); the stage profile at D = 128
 #   phase h: on an H200: its own tests, the A/B, the bench, the stage profile
+#   phase w: its own tests (one and two chains per CTA); the A/B with the two-chain kernel
 # Usage: bash benchmarks/gpu_gluon.sh a|b|c|d|h OUTDIR [COMMIT]
 set -uo pipefail
 phase=$1
@@ -46,4 +47,9 @@ if [ "$phase" = h ]; then
   step bench timeout 230 python3 -m blockattn bench --providers blockattn,fa2 --out "$r/bench" \
     --no-sweeps --time-budget-s 200
   step stages timeout 100 python3 benchmarks/stage_profile.py --out "$r/stages" --head-dims 128
+fi
+if [ "$phase" = w ]; then
+  step gluon_tests timeout 150 python3 -m pytest -q -x tests/kernels/test_gluon_path.py -p no:cacheprovider
+  step ab timeout 200 python3 benchmarks/ab_gluon.py --out "$r/ab" --chains 2 --dtypes bf16 \
+    --rounds 2
 fi

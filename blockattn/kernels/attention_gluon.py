@@ -254,6 +254,147 @@ def _bwd_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, V, D
         mbarrier.invalidate(bars.index(i))
 
 
+@gluon.jit
+def _consumer(C: gl.constexpr, q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, V,
+              DQ, DK, DV, tile_start, tile_len, n_tiles, stride_vt, stride_vh, stride_dqt,
+              stride_dqh, stride_dkt, stride_dkh, stride_dvt, stride_dvh, qk_scale, sm_scale,
+              qb, kb, vb, dob, xb, pd_s, bar, H: gl.constexpr, IS_BF16: gl.constexpr,
+              NW: gl.constexpr):
+    """One chain of the two-chain kernel: tiles vp, vp + n_vp, ... (vp = 2 * program + C) in
+    one stage of shared memory. The arithmetic is _bwd_kernel's, MMA for MMA; the buffers are
+    reused as each one's last reader finishes: V holds V's hi half and then dQ, X V's lo half
+    and then dV, dO then dK. The next tile's K and Q are loaded as soon as dQ and dK are done,
+    its V and dO once the stores have read their buffers; meanwhile the other chain computes."""
+    BM: gl.constexpr = q_desc.block_type.shape[0]
+    HD: gl.constexpr = q_desc.block_type.shape[1]
+    dtype: gl.constexpr = q_desc.dtype
+    nbytes: gl.constexpr = 4 * q_desc.block_type.nbytes
+    s_lay: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1],
+                                                    instr_shape=[16, BM, 16])
+    o_lay: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1],
+                                                    instr_shape=[16, HD, 16])
+    r_lay: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [NW, 1], [1, 0])
+    vp = 2 * gl.program_id(0) + C
+    n_vp = 2 * gl.num_programs(0)
+    n_my = (n_tiles - vp + n_vp - 1) // n_vp
+    start, n, h = _tile_at(gl.minimum(vp, n_tiles - 1), tile_start, tile_len, H)
+    nx_start, nx_n, nx_h = _tile_at(gl.minimum(vp + n_vp, n_tiles - 1), tile_start, tile_len, H)
+    row = start.to(gl.int32)
+    mbarrier.expect(bar, nbytes, pred=n_my > 0)
+    tma.async_copy_global_to_shared(k_desc, [row, h * HD], bar, kb, n_my > 0)
+    tma.async_copy_global_to_shared(q_desc, [row, h * HD], bar, qb, n_my > 0)
+    tma.async_copy_global_to_shared(v_desc, [row, h * HD], bar, vb, n_my > 0)
+    tma.async_copy_global_to_shared(do_desc, [row, h * HD], bar, dob, n_my > 0)
+    for i in range(n_my):
+        t = vp + i * n_vp
+        more = i + 1 < n_my
+        nrow = nx_start.to(gl.int32)
+        nn_start, nn_n, nn_h = _tile_at(gl.minimum(t + 2 * n_vp, n_tiles - 1), tile_start,
+                                        tile_len, H)
+        mbarrier.wait(bar, i & 1)
+        if n > 0:
+            if n < BM:
+                _zero_rows(qb, n, r_lay)
+                _zero_rows(kb, n, r_lay)
+                _zero_rows(vb, n, r_lay)
+                _zero_rows(dob, n, r_lay)
+                fence_async_shared()
+            vhi, vlo = _centred_split(vb, V, start, n, h, stride_vt, stride_vh, r_lay, dtype)
+            vb.store(vhi)  # each thread rewrites the elements it read
+            xb.store(vlo)
+            fence_async_shared()
+            zs = gl.zeros([BM, BM], gl.float32, s_lay)
+            sc = warpgroup_mma(qb, kb.permute((1, 0)), zs, use_acc=False)
+            dp = warpgroup_mma(dob, xb.permute((1, 0)), zs, use_acc=False)
+            dp = warpgroup_mma(dob, vb.permute((1, 0)), dp)
+            p, ds = _probs_and_ds(sc, dp, n, qk_scale, s_lay)
+            dscale = sm_scale
+            if not IS_BF16:
+                up, down = _pow2_scale(gl.max(gl.max(gl.abs(ds), axis=1), axis=0), 14)
+                ds = ds * up
+                dscale = sm_scale * down
+            phi, plo = _split(p, dtype)
+            pd_s.index(0).store(phi)
+            pd_s.index(1).store(plo)
+            fence_async_shared()
+            zo = gl.zeros([BM, HD], gl.float32, o_lay)
+            dv = warpgroup_mma(pd_s.index(1).permute((1, 0)), dob, zo, use_acc=False)
+            xb.store(warpgroup_mma(pd_s.index(0).permute((1, 0)), dob, dv).to(dtype))
+            dshi, dslo = _split(ds, dtype)
+            pd_s.index(0).store(dshi)
+            pd_s.index(1).store(dslo)
+            fence_async_shared()
+            if n == BM:  # dV leaves now, under dQ's and dK's MMAs
+                tma.async_copy_shared_to_global(dv_desc, [row, h * HD], xb)
+            dq = warpgroup_mma(pd_s.index(1), kb, zo, use_acc=False)
+            vb.store((warpgroup_mma(pd_s.index(0), kb, dq) * dscale).to(dtype))
+            # K is free: the next tile's loads start (one expect for all four)
+            mbarrier.expect(bar, nbytes, pred=more)
+            tma.async_copy_global_to_shared(k_desc, [nrow, nx_h * HD], bar, kb, more)
+            dk = warpgroup_mma(pd_s.index(1).permute((1, 0)), qb, zo, use_acc=False)
+            dk = warpgroup_mma(pd_s.index(0).permute((1, 0)), qb, dk)
+            tma.async_copy_global_to_shared(q_desc, [nrow, nx_h * HD], bar, qb, more)
+            dob.store((dk * dscale).to(dtype))
+            fence_async_shared()
+            if n == BM:
+                tma.async_copy_shared_to_global(dq_desc, [row, h * HD], vb)
+                tma.async_copy_shared_to_global(dk_desc, [row, h * HD], dob)
+            else:
+                _store_rows(DV, xb, start, n, h, stride_dvt, stride_dvh, r_lay)
+                _store_rows(DQ, vb, start, n, h, stride_dqt, stride_dqh, r_lay)
+                _store_rows(DK, dob, start, n, h, stride_dkt, stride_dkh, r_lay)
+                fence_async_shared()  # those generic reads before the TMA loads' writes
+            tma.store_wait(pendings=0)  # the stores have read V, X and dO
+        else:
+            mbarrier.expect(bar, nbytes, pred=more)
+            tma.async_copy_global_to_shared(k_desc, [nrow, nx_h * HD], bar, kb, more)
+            tma.async_copy_global_to_shared(q_desc, [nrow, nx_h * HD], bar, qb, more)
+        tma.async_copy_global_to_shared(v_desc, [nrow, nx_h * HD], bar, vb, more)
+        tma.async_copy_global_to_shared(do_desc, [nrow, nx_h * HD], bar, dob, more)
+        start, n, h, row = nx_start, nx_n, nx_h, nrow
+        nx_start, nx_n, nx_h = nn_start, nn_n, nn_h
+
+
+@gluon.jit
+def _bwd_kernel_ws(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, V, DQ, DK, DV,
+                   tile_start, tile_len, n_tiles, stride_vt, stride_vh, stride_dqt, stride_dqh,
+                   stride_dkt, stride_dkh, stride_dvt, stride_dvh, qk_scale, sm_scale,
+                   H: gl.constexpr, IS_BF16: gl.constexpr, WORKER_REGS: gl.constexpr,
+                   num_warps: gl.constexpr):
+    """Two chains per CTA (issue 23's lever): the default warpgroup and one worker warpgroup
+    each run _consumer on their own tiles in their own 96 KB (D = 128) of shared memory, so one
+    computes while the other waits for its loads; the warp schedulers interleave the two."""
+    BM: gl.constexpr = q_desc.block_type.shape[0]
+    HD: gl.constexpr = q_desc.block_type.shape[1]
+    dtype: gl.constexpr = q_desc.dtype
+    lay: gl.constexpr = q_desc.layout
+    q_s = gl.allocate_shared_memory(dtype, [2, BM, HD], lay)
+    k_s = gl.allocate_shared_memory(dtype, [2, BM, HD], lay)
+    v_s = gl.allocate_shared_memory(dtype, [2, BM, HD], lay)
+    do_s = gl.allocate_shared_memory(dtype, [2, BM, HD], lay)
+    x_s = gl.allocate_shared_memory(dtype, [2, BM, HD], lay)
+    pp_lay: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BM, BM], dtype)
+    pd_a = gl.allocate_shared_memory(dtype, [2, BM, BM], pp_lay)
+    pd_b = gl.allocate_shared_memory(dtype, [2, BM, BM], pp_lay)
+    bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(2):
+        mbarrier.init(bars.index(i), count=1)
+    gl.warp_specialize([
+        (_consumer, (0, q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, V, DQ, DK, DV,
+                     tile_start, tile_len, n_tiles, stride_vt, stride_vh, stride_dqt,
+                     stride_dqh, stride_dkt, stride_dkh, stride_dvt, stride_dvh, qk_scale,
+                     sm_scale, q_s.index(0), k_s.index(0), v_s.index(0),
+                     do_s.index(0), x_s.index(0), pd_a, bars.index(0), H, IS_BF16, num_warps)),
+        (_consumer, (1, q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, V, DQ, DK, DV,
+                     tile_start, tile_len, n_tiles, stride_vt, stride_vh, stride_dqt,
+                     stride_dqh, stride_dkt, stride_dkh, stride_dvt, stride_dvh, qk_scale,
+                     sm_scale, q_s.index(1), k_s.index(1), v_s.index(1),
+                     do_s.index(1), x_s.index(1), pd_b, bars.index(1), H, IS_BF16, num_warps)),
+    ], [num_warps], [WORKER_REGS])
+    for i in gl.static_range(2):
+        mbarrier.invalidate(bars.index(i))
+
+
 # ----------------------------------------------------------------------------- eligibility
 
 
@@ -271,6 +412,10 @@ CONFIGS: dict[int, int] = {128: 1}
 GPU_CONFIGS: dict[str, dict[int, int]] = {"H200": {64: 2}}
 HEAD_DIMS = (64, 128)  # what the kernel compiles for (shared memory: 192 KB at D = 128)
 PROGRAMS_PER_SM = {64: 2, 128: 1}  # launch default (CONFIGS overrides where it names the dim)
+# Chains per CTA: 1 = _bwd_kernel (two input stages, one warpgroup), 2 = _bwd_kernel_ws (two
+# warpgroups, one stage each; always 1 CTA per SM: 8 warps at 255 registers fill the SM).
+CHAINS: dict[int, int] = {}
+WORKER_REGS = 248  # setmaxnreg of the second warpgroup (the default one keeps 255)
 
 
 def unsupported(q: Tensor, sinu_pos: Tensor | None, block_size: int, centred: bool) -> str | None:
@@ -317,7 +462,7 @@ def _desc(t: Tensor, lay) -> TensorDescriptor:
 
 def launch_bwd(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor,
                grads: tuple[Tensor, Tensor, Tensor], table: TileTable,
-               scale: float) -> tuple[Tensor, Tensor, Tensor]:
+               scale: float, chains: int | None = None) -> tuple[Tensor, Tensor, Tensor]:
     """(dq, dk, dv) into `grads`; inputs are eligible (see dispatch.gluon_bwd)."""
     T, H, D = q.shape
     dq, dk, dv = grads
@@ -327,13 +472,17 @@ def launch_bwd(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor,
     dtype = gl.bfloat16 if q.dtype == torch.bfloat16 else gl.float16
     lay = gl.NVMMASharedLayout.get_default_for([BLOCK, D], dtype)
     sms = torch.cuda.get_device_properties(q.device).multi_processor_count
-    grid = min(n_tiles, sms * configs(q.device).get(D, PROGRAMS_PER_SM[D]))
-    _bwd_kernel[(grid,)](
-        *(_desc(t, lay) for t in (q, k, v, grad_out, dq, dk, dv)), v, dq, dk, dv,
-        table.start, table.length, n_tiles, v.stride(0), v.stride(1), dq.stride(0),
-        dq.stride(1), dk.stride(0),
-        dk.stride(1), dv.stride(0), dv.stride(1), scale * LOG2E, scale,
-        H=H, IS_BF16=q.dtype == torch.bfloat16, num_warps=4,
-    )  # fmt: skip
+    args = (*(_desc(t, lay) for t in (q, k, v, grad_out, dq, dk, dv)), v, dq, dk, dv,
+            table.start, table.length, n_tiles, v.stride(0), v.stride(1), dq.stride(0),
+            dq.stride(1), dk.stride(0), dk.stride(1), dv.stride(0), dv.stride(1),
+            scale * LOG2E, scale)
+    bf16 = q.dtype == torch.bfloat16
+    if (chains if chains is not None else CHAINS.get(D, 1)) == 2:
+        grid = min((n_tiles + 1) // 2, sms)
+        _bwd_kernel_ws[(grid,)](*args, H=H, IS_BF16=bf16, WORKER_REGS=WORKER_REGS, num_warps=4)
+    else:
+        grid = min(n_tiles, sms * configs(q.device).get(D, PROGRAMS_PER_SM[D]))
+        _bwd_kernel[(grid,)](*args, H=H, IS_BF16=bf16, num_warps=4)
     return dq, dk, dv
+
 

@@ -121,10 +121,13 @@ def _inputs(D: int, dtype: torch.dtype, lengths: list[int], seed: int):
     return q, k, v, do, off
 
 
-def _gluon(q, k, v, do, off) -> tuple[torch.Tensor, ...]:
+def _gluon(q, k, v, do, off, chains: int | None = None) -> tuple[torch.Tensor, ...]:
     grads = tuple(torch.full_like(q, float("nan")) for _ in range(3))
     table = build_tile_table(off, q.shape[0], 64)
-    return G.launch_bwd(q, k, v, do, grads, table, q.shape[2] ** -0.5)
+    return G.launch_bwd(q, k, v, do, grads, table, q.shape[2] ** -0.5, chains=chains)
+
+
+CHAINS = pytest.mark.parametrize("chains", [1, 2], ids=["1-chain", "2-chains"])
 
 
 def _violations(q, k, v, do, off, got) -> dict[str, int]:
@@ -154,10 +157,11 @@ def _violations(q, k, v, do, off, got) -> dict[str, int]:
 @pytest.mark.parametrize("dtype,D", [(torch.bfloat16, 128), (torch.bfloat16, 64),
                                      (torch.float16, 128), (torch.float16, 64)],
                          ids=["bf16-d128", "bf16-d64", "fp16-d128", "fp16-d64"])
-def test_gluon_inside_the_bound_and_equal_to_portable(dtype, D) -> None:
+@CHAINS
+def test_gluon_inside_the_bound_and_equal_to_portable(dtype, D, chains) -> None:
     q, k, v, do, off = _inputs(D, dtype, LENGTHS, seed=11)
     before = [t.clone() for t in (q, k, v, do)]
-    got = _gluon(q, k, v, do, off)
+    got = _gluon(q, k, v, do, off, chains)
     assert _violations(q, k, v, do, off, got) == {"dQ": 0, "dK": 0, "dV": 0}
     ref = tuple(torch.full_like(q, float("nan")) for _ in range(3))
     A.launch_bwd(q, k, v, do, build_tile_table(off, q.shape[0], 64), None, D ** -0.5, 64, True,
@@ -167,29 +171,31 @@ def test_gluon_inside_the_bound_and_equal_to_portable(dtype, D) -> None:
         assert torch.equal(a, b), f"{name}: not bitwise the portable kernel's"
     for a, b in zip((q, k, v, do), before, strict=True):
         assert torch.equal(a, b), "an input was modified"
-    again = _gluon(q, k, v, do, off)
+    again = _gluon(q, k, v, do, off, chains)
     for a, b in zip(got, again, strict=True):
         assert torch.equal(a, b), "not bitwise repeatable"
 
 
 @gpu_only
-def test_gluon_persistent_loop_many_tiles() -> None:
+@CHAINS
+def test_gluon_persistent_loop_many_tiles(chains) -> None:
     # ~2,400 tiles over at most 2 x 132 programs: every program walks both stages many times
     g = torch.Generator().manual_seed(7)
     lengths = torch.randint(0, 700, (128,), generator=g).tolist()
     q, k, v, do, off = _inputs(64, torch.bfloat16, lengths, seed=12)
-    got = _gluon(q, k, v, do, off)
+    got = _gluon(q, k, v, do, off, chains)
     assert _violations(q, k, v, do, off, got) == {"dQ": 0, "dK": 0, "dV": 0}
 
 
 @gpu_only
-def test_gluon_rows_read_past_a_partial_block_are_contained() -> None:
+@CHAINS
+def test_gluon_rows_read_past_a_partial_block_are_contained(chains) -> None:
     q, k, v, do, off = _inputs(128, torch.bfloat16, LENGTHS, seed=5)
-    clean = _gluon(q, k, v, do, off)
+    clean = _gluon(q, k, v, do, off, chains)
     # Sequence 2 starts at token 137: sequence 1's only block (100..136, n = 37) reads its rows.
     for t in (q, k, v, do):
         t[137:, :, :64] = float("inf")
         t[137:, :, 64:] = float("nan")
-    dirty = _gluon(q, k, v, do, off)
+    dirty = _gluon(q, k, v, do, off, chains)
     for name, a, b in zip(("dQ", "dK", "dV"), dirty, clean, strict=True):
         assert torch.equal(a[:137], b[:137]), f"{name}: poison past a partial block leaked in"
