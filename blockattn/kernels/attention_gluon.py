@@ -255,20 +255,41 @@ def _bwd_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, V, D
 
 
 @gluon.jit
+def _load_pair(desc_a, desc_b, row, col, bar, buf_a, buf_b, pred):
+    """TMA of two of a tile's inputs, completing on `bar`."""
+    mbarrier.expect(bar, 2 * desc_a.block_type.nbytes, pred=pred)
+    tma.async_copy_global_to_shared(desc_a, [row, col], bar, buf_a, pred)
+    tma.async_copy_global_to_shared(desc_b, [row, col], bar, buf_b, pred)
+
+
+@gluon.jit
+def _put(x, buf, desc, base, start, n, h, stride_t, stride_h, r_lay: gl.constexpr):
+    """A finished gradient tile to `buf` and on to global memory: by TMA store for a full tile
+    (asynchronous: the caller waits before reusing `buf`), by masked row stores for a partial
+    one (a 64-row box would overwrite the next sequence's rows)."""
+    buf.store(x)
+    fence_async_shared()
+    if n == buf.shape[0]:
+        tma.async_copy_shared_to_global(desc, [start.to(gl.int32), h * buf.shape[1]], buf)
+    else:
+        _store_rows(base, buf, start, n, h, stride_t, stride_h, r_lay)
+
+
+@gluon.jit
 def _consumer(C: gl.constexpr, q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, V,
               DQ, DK, DV, tile_start, tile_len, n_tiles, stride_vt, stride_vh, stride_dqt,
               stride_dqh, stride_dkt, stride_dkh, stride_dvt, stride_dvh, qk_scale, sm_scale,
-              qb, kb, vb, dob, xb, pd_s, bar, H: gl.constexpr, IS_BF16: gl.constexpr,
-              NW: gl.constexpr):
+              qb, kb, vb, dob, xb, yb, pd_s, bar_vo, bar_qk, H: gl.constexpr,
+              IS_BF16: gl.constexpr, NW: gl.constexpr):
     """One chain of the two-chain kernel: tiles vp, vp + n_vp, ... (vp = 2 * program + C) in
-    one stage of shared memory. The arithmetic is _bwd_kernel's, MMA for MMA; the buffers are
-    reused as each one's last reader finishes: V holds V's hi half and then dQ, X V's lo half
-    and then dV, dO then dK. The next tile's K and Q are loaded as soon as dQ and dK are done,
-    its V and dO once the stores have read their buffers; meanwhile the other chain computes."""
+    one stage of shared memory, the arithmetic _bwd_kernel's, MMA for MMA. Each input buffer
+    takes the next tile's load as soon as its last reader is done: V once it is centred (its
+    halves go to X and Y), dO after dV, K after dQ, Q after dK; V and dO complete on one
+    barrier, Q and K on another, so the next tile centres V and forms dP before it needs Q and
+    K. The gradients leave through X and Y (dV, dQ, then dK in X once dV's store has read it)."""
     BM: gl.constexpr = q_desc.block_type.shape[0]
     HD: gl.constexpr = q_desc.block_type.shape[1]
     dtype: gl.constexpr = q_desc.dtype
-    nbytes: gl.constexpr = 4 * q_desc.block_type.nbytes
     s_lay: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1],
                                                     instr_shape=[16, BM, 16])
     o_lay: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1],
@@ -279,34 +300,35 @@ def _consumer(C: gl.constexpr, q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc
     n_my = (n_tiles - vp + n_vp - 1) // n_vp
     start, n, h = _tile_at(gl.minimum(vp, n_tiles - 1), tile_start, tile_len, H)
     nx_start, nx_n, nx_h = _tile_at(gl.minimum(vp + n_vp, n_tiles - 1), tile_start, tile_len, H)
-    row = start.to(gl.int32)
-    mbarrier.expect(bar, nbytes, pred=n_my > 0)
-    tma.async_copy_global_to_shared(k_desc, [row, h * HD], bar, kb, n_my > 0)
-    tma.async_copy_global_to_shared(q_desc, [row, h * HD], bar, qb, n_my > 0)
-    tma.async_copy_global_to_shared(v_desc, [row, h * HD], bar, vb, n_my > 0)
-    tma.async_copy_global_to_shared(do_desc, [row, h * HD], bar, dob, n_my > 0)
+    _load_pair(v_desc, do_desc, start.to(gl.int32), h * HD, bar_vo, vb, dob, n_my > 0)
+    _load_pair(k_desc, q_desc, start.to(gl.int32), h * HD, bar_qk, kb, qb, n_my > 0)
     for i in range(n_my):
         t = vp + i * n_vp
         more = i + 1 < n_my
         nrow = nx_start.to(gl.int32)
         nn_start, nn_n, nn_h = _tile_at(gl.minimum(t + 2 * n_vp, n_tiles - 1), tile_start,
                                         tile_len, H)
-        mbarrier.wait(bar, i & 1)
+        mbarrier.wait(bar_vo, i & 1)
         if n > 0:
+            if n < BM:
+                _zero_rows(vb, n, r_lay)
+                _zero_rows(dob, n, r_lay)
+            vhi, vlo = _centred_split(vb, V, start, n, h, stride_vt, stride_vh, r_lay, dtype)
+            tma.store_wait(pendings=0)  # the last tile's dQ and dK have left X and Y
+            xb.store(vhi)
+            yb.store(vlo)
+            fence_async_shared()
+            mbarrier.expect(bar_vo, 2 * v_desc.block_type.nbytes, pred=more)
+            tma.async_copy_global_to_shared(v_desc, [nrow, nx_h * HD], bar_vo, vb, more)
+            zs = gl.zeros([BM, BM], gl.float32, s_lay)
+            dp = warpgroup_mma(dob, yb.permute((1, 0)), zs, use_acc=False)
+            dp = warpgroup_mma(dob, xb.permute((1, 0)), dp)
+            mbarrier.wait(bar_qk, i & 1)
             if n < BM:
                 _zero_rows(qb, n, r_lay)
                 _zero_rows(kb, n, r_lay)
-                _zero_rows(vb, n, r_lay)
-                _zero_rows(dob, n, r_lay)
                 fence_async_shared()
-            vhi, vlo = _centred_split(vb, V, start, n, h, stride_vt, stride_vh, r_lay, dtype)
-            vb.store(vhi)  # each thread rewrites the elements it read
-            xb.store(vlo)
-            fence_async_shared()
-            zs = gl.zeros([BM, BM], gl.float32, s_lay)
             sc = warpgroup_mma(qb, kb.permute((1, 0)), zs, use_acc=False)
-            dp = warpgroup_mma(dob, xb.permute((1, 0)), zs, use_acc=False)
-            dp = warpgroup_mma(dob, vb.permute((1, 0)), dp)
             p, ds = _probs_and_ds(sc, dp, n, qk_scale, s_lay)
             dscale = sm_scale
             if not IS_BF16:
@@ -319,40 +341,32 @@ def _consumer(C: gl.constexpr, q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc
             fence_async_shared()
             zo = gl.zeros([BM, HD], gl.float32, o_lay)
             dv = warpgroup_mma(pd_s.index(1).permute((1, 0)), dob, zo, use_acc=False)
-            xb.store(warpgroup_mma(pd_s.index(0).permute((1, 0)), dob, dv).to(dtype))
+            dv = warpgroup_mma(pd_s.index(0).permute((1, 0)), dob, dv)
+            tma.async_copy_global_to_shared(do_desc, [nrow, nx_h * HD], bar_vo, dob, more)
+            _put(dv.to(dtype), xb, dv_desc, DV, start, n, h, stride_dvt, stride_dvh, r_lay)
             dshi, dslo = _split(ds, dtype)
             pd_s.index(0).store(dshi)
             pd_s.index(1).store(dslo)
             fence_async_shared()
-            if n == BM:  # dV leaves now, under dQ's and dK's MMAs
-                tma.async_copy_shared_to_global(dv_desc, [row, h * HD], xb)
             dq = warpgroup_mma(pd_s.index(1), kb, zo, use_acc=False)
-            vb.store((warpgroup_mma(pd_s.index(0), kb, dq) * dscale).to(dtype))
-            # K is free: the next tile's loads start (one expect for all four)
-            mbarrier.expect(bar, nbytes, pred=more)
-            tma.async_copy_global_to_shared(k_desc, [nrow, nx_h * HD], bar, kb, more)
+            dq = warpgroup_mma(pd_s.index(0), kb, dq)
+            mbarrier.expect(bar_qk, 2 * k_desc.block_type.nbytes, pred=more)
+            tma.async_copy_global_to_shared(k_desc, [nrow, nx_h * HD], bar_qk, kb, more)
+            _put((dq * dscale).to(dtype), yb, dq_desc, DQ, start, n, h, stride_dqt, stride_dqh,
+                 r_lay)
             dk = warpgroup_mma(pd_s.index(1).permute((1, 0)), qb, zo, use_acc=False)
             dk = warpgroup_mma(pd_s.index(0).permute((1, 0)), qb, dk)
-            tma.async_copy_global_to_shared(q_desc, [nrow, nx_h * HD], bar, qb, more)
-            dob.store((dk * dscale).to(dtype))
-            fence_async_shared()
-            if n == BM:
-                tma.async_copy_shared_to_global(dq_desc, [row, h * HD], vb)
-                tma.async_copy_shared_to_global(dk_desc, [row, h * HD], dob)
-            else:
-                _store_rows(DV, xb, start, n, h, stride_dvt, stride_dvh, r_lay)
-                _store_rows(DQ, vb, start, n, h, stride_dqt, stride_dqh, r_lay)
-                _store_rows(DK, dob, start, n, h, stride_dkt, stride_dkh, r_lay)
-                fence_async_shared()  # those generic reads before the TMA loads' writes
-            tma.store_wait(pendings=0)  # the stores have read V, X and dO
+            tma.async_copy_global_to_shared(q_desc, [nrow, nx_h * HD], bar_qk, qb, more)
+            tma.store_wait(pendings=1)  # dV's store has read X
+            _put((dk * dscale).to(dtype), xb, dk_desc, DK, start, n, h, stride_dkt, stride_dkh,
+                 r_lay)
         else:
-            mbarrier.expect(bar, nbytes, pred=more)
-            tma.async_copy_global_to_shared(k_desc, [nrow, nx_h * HD], bar, kb, more)
-            tma.async_copy_global_to_shared(q_desc, [nrow, nx_h * HD], bar, qb, more)
-        tma.async_copy_global_to_shared(v_desc, [nrow, nx_h * HD], bar, vb, more)
-        tma.async_copy_global_to_shared(do_desc, [nrow, nx_h * HD], bar, dob, more)
-        start, n, h, row = nx_start, nx_n, nx_h, nrow
+            mbarrier.wait(bar_qk, i & 1)
+            _load_pair(v_desc, do_desc, nrow, nx_h * HD, bar_vo, vb, dob, more)
+            _load_pair(k_desc, q_desc, nrow, nx_h * HD, bar_qk, kb, qb, more)
+        start, n, h = nx_start, nx_n, nx_h
         nx_start, nx_n, nx_h = nn_start, nn_n, nn_h
+    tma.store_wait(pendings=0)
 
 
 @gluon.jit
@@ -362,8 +376,8 @@ def _bwd_kernel_ws(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, V
                    H: gl.constexpr, IS_BF16: gl.constexpr, WORKER_REGS: gl.constexpr,
                    num_warps: gl.constexpr):
     """Two chains per CTA (issue 23's lever): the default warpgroup and one worker warpgroup
-    each run _consumer on their own tiles in their own 96 KB (D = 128) of shared memory, so one
-    computes while the other waits for its loads; the warp schedulers interleave the two."""
+    each run _consumer on their own tiles in their own 112 KB (D = 128) of shared memory, and
+    the warp schedulers interleave the two chains."""
     BM: gl.constexpr = q_desc.block_type.shape[0]
     HD: gl.constexpr = q_desc.block_type.shape[1]
     dtype: gl.constexpr = q_desc.dtype
@@ -373,25 +387,28 @@ def _bwd_kernel_ws(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, V
     v_s = gl.allocate_shared_memory(dtype, [2, BM, HD], lay)
     do_s = gl.allocate_shared_memory(dtype, [2, BM, HD], lay)
     x_s = gl.allocate_shared_memory(dtype, [2, BM, HD], lay)
+    y_s = gl.allocate_shared_memory(dtype, [2, BM, HD], lay)
     pp_lay: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BM, BM], dtype)
     pd_a = gl.allocate_shared_memory(dtype, [2, BM, BM], pp_lay)
     pd_b = gl.allocate_shared_memory(dtype, [2, BM, BM], pp_lay)
-    bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(2):
+    bars = gl.allocate_shared_memory(gl.int64, [4, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(4):
         mbarrier.init(bars.index(i), count=1)
     gl.warp_specialize([
-        (_consumer, (0, q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, V, DQ, DK, DV,
-                     tile_start, tile_len, n_tiles, stride_vt, stride_vh, stride_dqt,
+        (_consumer, (0, q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, V, DQ, DK,
+                     DV, tile_start, tile_len, n_tiles, stride_vt, stride_vh, stride_dqt,
                      stride_dqh, stride_dkt, stride_dkh, stride_dvt, stride_dvh, qk_scale,
-                     sm_scale, q_s.index(0), k_s.index(0), v_s.index(0),
-                     do_s.index(0), x_s.index(0), pd_a, bars.index(0), H, IS_BF16, num_warps)),
-        (_consumer, (1, q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, V, DQ, DK, DV,
-                     tile_start, tile_len, n_tiles, stride_vt, stride_vh, stride_dqt,
+                     sm_scale, q_s.index(0), k_s.index(0), v_s.index(0), do_s.index(0),
+                     x_s.index(0), y_s.index(0), pd_a, bars.index(0), bars.index(1), H,
+                     IS_BF16, num_warps)),
+        (_consumer, (1, q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, V, DQ, DK,
+                     DV, tile_start, tile_len, n_tiles, stride_vt, stride_vh, stride_dqt,
                      stride_dqh, stride_dkt, stride_dkh, stride_dvt, stride_dvh, qk_scale,
-                     sm_scale, q_s.index(1), k_s.index(1), v_s.index(1),
-                     do_s.index(1), x_s.index(1), pd_b, bars.index(1), H, IS_BF16, num_warps)),
+                     sm_scale, q_s.index(1), k_s.index(1), v_s.index(1), do_s.index(1),
+                     x_s.index(1), y_s.index(1), pd_b, bars.index(2), bars.index(3), H,
+                     IS_BF16, num_warps)),
     ], [num_warps], [WORKER_REGS])
-    for i in gl.static_range(2):
+    for i in gl.static_range(4):
         mbarrier.invalidate(bars.index(i))
 
 
