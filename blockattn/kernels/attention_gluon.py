@@ -342,9 +342,12 @@ def _consumer(C: gl.constexpr, q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc
             zo = gl.zeros([BM, HD], gl.float32, o_lay)
             dv = warpgroup_mma(pd_s.index(1).permute((1, 0)), dob, zo, use_acc=False)
             dv = warpgroup_mma(pd_s.index(0).permute((1, 0)), dob, dv)
+            # dS is split before _put's branch: in one basic block with dS's product, as in
+            # _bwd_kernel, the compiler fuses lo = dS - hi into fma(P, dP - Di, -hi) (32 FFMAs
+            # per thread); split after it, it does not, and dQ and dK lose bitwise equality
+            dshi, dslo = _split(ds, dtype)
             tma.async_copy_global_to_shared(do_desc, [nrow, nx_h * HD], bar_vo, dob, more)
             _put(dv.to(dtype), xb, dv_desc, DV, start, n, h, stride_dvt, stride_dvh, r_lay)
-            dshi, dslo = _split(ds, dtype)
             pd_s.index(0).store(dshi)
             pd_s.index(1).store(dslo)
             fence_async_shared()
