@@ -279,7 +279,7 @@ def _put(x, buf, desc, base, start, n, h, stride_t, stride_h, r_lay: gl.constexp
 def _consumer(C: gl.constexpr, q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, V,
               DQ, DK, DV, tile_start, tile_len, n_tiles, stride_vt, stride_vh, stride_dqt,
               stride_dqh, stride_dkt, stride_dkh, stride_dvt, stride_dvh, qk_scale, sm_scale,
-              qb, kb, vb, dob, xb, yb, pd_s, bar_vo, bar_qk, H: gl.constexpr,
+              q_s, k_s, v_s, do_s, x_s, y_s, pd_s, bars, H: gl.constexpr,
               IS_BF16: gl.constexpr, NW: gl.constexpr):
     """One chain of the two-chain kernel: tiles vp, vp + n_vp, ... (vp = 2 * program + C) in
     one stage of shared memory, the arithmetic _bwd_kernel's, MMA for MMA. Each input buffer
@@ -300,12 +300,27 @@ def _consumer(C: gl.constexpr, q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc
     n_my = (n_tiles - vp + n_vp - 1) // n_vp
     start, n, h = _tile_at(gl.minimum(vp, n_tiles - 1), tile_start, tile_len, H)
     nx_start, nx_n, nx_h = _tile_at(gl.minimum(vp + n_vp, n_tiles - 1), tile_start, tile_len, H)
-    _load_pair(v_desc, do_desc, start.to(gl.int32), h * HD, bar_vo, vb, dob, n_my > 0)
-    _load_pair(k_desc, q_desc, start.to(gl.int32), h * HD, bar_qk, kb, qb, n_my > 0)
+    bar_vo = bars.index(2 * C)
+    bar_qk = bars.index(2 * C + 1)
+    _load_pair(v_desc, do_desc, start.to(gl.int32), h * HD, bar_vo, v_s.index(C),
+               do_s.index(C), n_my > 0)
+    _load_pair(k_desc, q_desc, start.to(gl.int32), h * HD, bar_qk, k_s.index(C), q_s.index(C),
+               n_my > 0)
     for i in range(n_my):
         t = vp + i * n_vp
         more = i + 1 < n_my
         nrow = nx_start.to(gl.int32)
+        # j is always C, but varies per tile as far as the compiler knows: with fixed buffers
+        # it hoisted every MMA's shared-memory descriptor out of the loop (368 B of spills)
+        j = C + (n < 0).to(gl.int32)
+        qb = q_s.index(j)
+        kb = k_s.index(j)
+        vb = v_s.index(j)
+        dob = do_s.index(j)
+        xb = x_s.index(j)
+        yb = y_s.index(j)
+        hi_s = pd_s.index(2 * j)  # P's hi half, then dS's
+        lo_s = pd_s.index(2 * j + 1)
         nn_start, nn_n, nn_h = _tile_at(gl.minimum(t + 2 * n_vp, n_tiles - 1), tile_start,
                                         tile_len, H)
         mbarrier.wait(bar_vo, i & 1)
@@ -336,29 +351,29 @@ def _consumer(C: gl.constexpr, q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc
                 ds = ds * up
                 dscale = sm_scale * down
             phi, plo = _split(p, dtype)
-            pd_s.index(0).store(phi)
-            pd_s.index(1).store(plo)
+            hi_s.store(phi)
+            lo_s.store(plo)
             fence_async_shared()
             zo = gl.zeros([BM, HD], gl.float32, o_lay)
-            dv = warpgroup_mma(pd_s.index(1).permute((1, 0)), dob, zo, use_acc=False)
-            dv = warpgroup_mma(pd_s.index(0).permute((1, 0)), dob, dv)
+            dv = warpgroup_mma(lo_s.permute((1, 0)), dob, zo, use_acc=False)
+            dv = warpgroup_mma(hi_s.permute((1, 0)), dob, dv)
             # dS is split before _put's branch: in one basic block with dS's product, as in
             # _bwd_kernel, the compiler fuses lo = dS - hi into fma(P, dP - Di, -hi) (32 FFMAs
             # per thread); split after it, it does not, and dQ and dK lose bitwise equality
             dshi, dslo = _split(ds, dtype)
             tma.async_copy_global_to_shared(do_desc, [nrow, nx_h * HD], bar_vo, dob, more)
             _put(dv.to(dtype), xb, dv_desc, DV, start, n, h, stride_dvt, stride_dvh, r_lay)
-            pd_s.index(0).store(dshi)
-            pd_s.index(1).store(dslo)
+            hi_s.store(dshi)
+            lo_s.store(dslo)
             fence_async_shared()
-            dq = warpgroup_mma(pd_s.index(1), kb, zo, use_acc=False)
-            dq = warpgroup_mma(pd_s.index(0), kb, dq)
+            dq = warpgroup_mma(lo_s, kb, zo, use_acc=False)
+            dq = warpgroup_mma(hi_s, kb, dq)
             mbarrier.expect(bar_qk, 2 * k_desc.block_type.nbytes, pred=more)
             tma.async_copy_global_to_shared(k_desc, [nrow, nx_h * HD], bar_qk, kb, more)
             _put((dq * dscale).to(dtype), yb, dq_desc, DQ, start, n, h, stride_dqt, stride_dqh,
                  r_lay)
-            dk = warpgroup_mma(pd_s.index(1).permute((1, 0)), qb, zo, use_acc=False)
-            dk = warpgroup_mma(pd_s.index(0).permute((1, 0)), qb, dk)
+            dk = warpgroup_mma(lo_s.permute((1, 0)), qb, zo, use_acc=False)
+            dk = warpgroup_mma(hi_s.permute((1, 0)), qb, dk)
             tma.async_copy_global_to_shared(q_desc, [nrow, nx_h * HD], bar_qk, qb, more)
             tma.store_wait(pendings=1)  # dV's store has read X
             _put((dk * dscale).to(dtype), xb, dk_desc, DK, start, n, h, stride_dkt, stride_dkh,
@@ -392,8 +407,7 @@ def _bwd_kernel_ws(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, V
     x_s = gl.allocate_shared_memory(dtype, [2, BM, HD], lay)
     y_s = gl.allocate_shared_memory(dtype, [2, BM, HD], lay)
     pp_lay: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BM, BM], dtype)
-    pd_a = gl.allocate_shared_memory(dtype, [2, BM, BM], pp_lay)
-    pd_b = gl.allocate_shared_memory(dtype, [2, BM, BM], pp_lay)
+    pd_s = gl.allocate_shared_memory(dtype, [4, BM, BM], pp_lay)  # per chain: P, then dS, hi+lo
     bars = gl.allocate_shared_memory(gl.int64, [4, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(4):
         mbarrier.init(bars.index(i), count=1)
@@ -401,15 +415,11 @@ def _bwd_kernel_ws(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, V
         (_consumer, (0, q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, V, DQ, DK,
                      DV, tile_start, tile_len, n_tiles, stride_vt, stride_vh, stride_dqt,
                      stride_dqh, stride_dkt, stride_dkh, stride_dvt, stride_dvh, qk_scale,
-                     sm_scale, q_s.index(0), k_s.index(0), v_s.index(0), do_s.index(0),
-                     x_s.index(0), y_s.index(0), pd_a, bars.index(0), bars.index(1), H,
-                     IS_BF16, num_warps)),
+                     sm_scale, q_s, k_s, v_s, do_s, x_s, y_s, pd_s, bars, H, IS_BF16, num_warps)),
         (_consumer, (1, q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, V, DQ, DK,
                      DV, tile_start, tile_len, n_tiles, stride_vt, stride_vh, stride_dqt,
                      stride_dqh, stride_dkt, stride_dkh, stride_dvt, stride_dvh, qk_scale,
-                     sm_scale, q_s.index(1), k_s.index(1), v_s.index(1), do_s.index(1),
-                     x_s.index(1), y_s.index(1), pd_b, bars.index(2), bars.index(3), H,
-                     IS_BF16, num_warps)),
+                     sm_scale, q_s, k_s, v_s, do_s, x_s, y_s, pd_s, bars, H, IS_BF16, num_warps)),
     ], [num_warps], [WORKER_REGS])
     for i in gl.static_range(4):
         mbarrier.invalidate(bars.index(i))
