@@ -57,7 +57,7 @@ def main() -> int:
                     G.configs = lambda device, d=D, p=per_sm: {d: p}
                     for stage, tab in (("full", table), ("compute", l2_resident(table))):
                         fn = functools.partial(G.launch_bwd, c.q, c.k, c.v, c.do, grads, tab,
-                                               c.scale, chains=chains)
+                                               c.scale, n_chains=chains)
                         fn()
                         times.setdefault(f"{name}_{stage}", []).append(time_ms(fn, 25, 200.0))
         finally:

@@ -442,9 +442,15 @@ CONFIGS: dict[int, int] = {128: 1}
 GPU_CONFIGS: dict[str, dict[int, int]] = {"H200": {64: 2}}
 HEAD_DIMS = (64, 128)  # what the kernel compiles for (shared memory: 192 KB at D = 128)
 PROGRAMS_PER_SM = {64: 2, 128: 1}  # launch default (CONFIGS overrides where it names the dim)
-# Chains per CTA: 1 = _bwd_kernel (two input stages, one warpgroup), 2 = _bwd_kernel_ws (two
-# warpgroups, one stage each; always 1 CTA per SM: 8 warps at 255 registers fill the SM).
-CHAINS: dict[int, int] = {}
+# Chains per CTA, per GPU (a substring of torch.cuda.get_device_name), over the head dims the
+# path takes: 1 = _bwd_kernel (the default), 2 = _bwd_kernel_ws (two warpgroups, one stage each;
+# 1 CTA per SM: 8 warps at 255 registers fill it). Same-run measurements, shape P, bf16:
+# - H200, benchmarks/probe_chains.py (results/h200_2026-11-25d): D = 128 2.768 vs 3.549 ms
+#   (86.0 vs 67.0 % of the copy ceiling; compute-only 2.203 vs 3.505); D = 64 1.762 vs 1.607
+#   (two CTAs of one chain): D = 64 keeps one chain;
+# - H100, benchmarks/ab_gluon.py --chains 2 (results/h100_2026-11-25d): D = 128 3.722 vs 3.641
+#   ms, fp16 3.729 vs 3.731 (the H100 is at its memory floor with one chain): one chain.
+GPU_CHAINS: dict[str, dict[int, int]] = {"H200": {128: 2}}
 WORKER_REGS = 248  # setmaxnreg of the second warpgroup (the default one keeps 255)
 
 
@@ -467,6 +473,19 @@ def unsupported(q: Tensor, sinu_pos: Tensor | None, block_size: int, centred: bo
 @functools.cache
 def _device_name(index: int) -> str:
     return torch.cuda.get_device_name(index)
+
+
+def chains(device: torch.device) -> dict[int, int]:
+    """{head dim: chains per CTA} where the two-chain kernel is the default on `device`."""
+    if device.type != "cuda":
+        return {}
+    name = _device_name(device.index if device.index is not None
+                        else torch.cuda.current_device())
+    out: dict[int, int] = {}
+    for key, extra in GPU_CHAINS.items():
+        if key in name:
+            out.update(extra)
+    return out
 
 
 def configs(device: torch.device) -> dict[int, int]:
@@ -492,8 +511,9 @@ def _desc(t: Tensor, lay) -> TensorDescriptor:
 
 def launch_bwd(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor,
                grads: tuple[Tensor, Tensor, Tensor], table: TileTable,
-               scale: float, chains: int | None = None) -> tuple[Tensor, Tensor, Tensor]:
-    """(dq, dk, dv) into `grads`; inputs are eligible (see dispatch.gluon_bwd)."""
+               scale: float, n_chains: int | None = None) -> tuple[Tensor, Tensor, Tensor]:
+    """(dq, dk, dv) into `grads`; inputs are eligible (see dispatch.gluon_bwd). `n_chains`
+    (1 or 2) overrides chains(device), the measured default."""
     T, H, D = q.shape
     dq, dk, dv = grads
     n_tiles = table.n_slots * H
@@ -507,7 +527,7 @@ def launch_bwd(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor,
             dq.stride(1), dk.stride(0), dk.stride(1), dv.stride(0), dv.stride(1),
             scale * LOG2E, scale)
     bf16 = q.dtype == torch.bfloat16
-    if (chains if chains is not None else CHAINS.get(D, 1)) == 2:
+    if (n_chains if n_chains is not None else chains(q.device).get(D, 1)) == 2:
         grid = min((n_tiles + 1) // 2, sms)
         _bwd_kernel_ws[(grid,)](*args, H=H, IS_BF16=bf16, WORKER_REGS=WORKER_REGS, num_warps=4)
     else:

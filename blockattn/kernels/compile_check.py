@@ -17,7 +17,8 @@ for sm_90 only, in bf16/fp16: it must build, use tensor cores and issue TMA load
 by default (its CONFIGS are empty: it was measured slower everywhere). The Gluon backward
 (blockattn.kernels.attention_gluon, names ending "-gluon": plain bwd, bf16/fp16) is built for
 sm_90 only, through GluonASTSource; it is a default path, so its spills are gated at 0 B, and the
-CTAs per SM its launch puts must fit.
+CTAs per SM its launch puts must fit. Its two-chain kernel (names ending "-gluon2": two warpgroups,
+the default at D = 128 on the H200) is gated the same way, at 1 CTA of 8 warps per SM.
 
 The build must not see TRITON_INTERPRET=1: under it `@triton.jit` returns interpreter functions
 and `attention.INTERPRET` turns on the CPU shims. So the compiles always run in fresh worker
@@ -51,8 +52,8 @@ HEAD_DIMS = (64, 128)
 # "off": no sinu_pos; "rot": rotary on q, k and v (rotate_v=True); "rot-qk": rotate_v=False.
 ROTARY_MODES = ("off", "rot", "rot-qk")
 # hopper: the opt-in Triton TMA path, sm_90, 16-bit inputs only; gluon: the Gluon backward
-# (attention_gluon), sm_90, 16-bit, no rotary
-PATHS = ("portable", "hopper", "gluon")
+# (attention_gluon), sm_90, 16-bit, no rotary; gluon2: its two-chain kernel (_bwd_kernel_ws)
+PATHS = ("portable", "hopper", "gluon", "gluon2")
 TMA_OPCODE = "cp.async.bulk.tensor"
 TARGETS = {"sm_90": 90, "sm_100": 100}
 MMA_OPCODE = {90: "wgmma.mma_async", 100: "tcgen05.mma"}
@@ -119,7 +120,7 @@ def all_variants() -> list[Variant]:
         for d in HEAD_DIMS
         for r in ROTARY_MODES
         if not (p == "hopper" and dt == "fp32")  # the Hopper path takes 16-bit inputs only
-        and not (p == "gluon" and (k != "bwd" or dt == "fp32" or r != "off"))
+        and not (p.startswith("gluon") and (k != "bwd" or dt == "fp32" or r != "off"))
     ]
 
 
@@ -216,7 +217,7 @@ def _compile_one(variant: Variant, target: str) -> Result:
         raise RuntimeError("compile-check worker imported blockattn with TRITON_INTERPRET=1")
     arch = TARGETS[target]
     res = Result(variant=variant.name, target=target)
-    if variant.path == "gluon":
+    if variant.path.startswith("gluon"):
         return _compile_gluon(variant, target, res)
     hopper = variant.path == "hopper"
     if hopper:
@@ -317,7 +318,8 @@ def _compile_gluon(variant: Variant, target: str, res: Result) -> Result:
 
     from blockattn.kernels import attention_gluon as G
 
-    fn = G._bwd_kernel
+    two = variant.path == "gluon2"
+    fn = G._bwd_kernel_ws if two else G._bwd_kernel
     gdt = {"bf16": gl.bfloat16, "fp16": gl.float16}[variant.dtype]
     lay = gl.NVMMASharedLayout.get_default_for([G.BLOCK, variant.head_dim], gdt)
     signature: dict[str, str] = {}
@@ -339,8 +341,10 @@ def _compile_gluon(variant: Variant, target: str, res: Result) -> Result:
             raise RuntimeError(f"{fn.__name__}: argument {name} unknown to compile-check")
     num_warps = 4
     constexprs = dict(H=N_HEADS, IS_BF16=variant.dtype == "bf16", num_warps=num_warps)
+    if two:
+        constexprs["WORKER_REGS"] = G.WORKER_REGS
     src = GluonASTSource(fn=fn, signature=signature, constexprs=constexprs)
-    res.num_warps = num_warps
+    res.num_warps = 2 * num_warps if two else num_warps  # the worker warpgroup counts too
     kernel = _build(src, TARGETS[target], {"num_warps": num_warps}, res)
     res.mma_counts = count_mma(kernel.asm["ptx"])
     res.mma_counts[TMA_OPCODE] = kernel.asm["ptx"].count(TMA_OPCODE)
@@ -355,7 +359,7 @@ def _compile_gluon(variant: Variant, target: str, res: Result) -> Result:
                             f"({res.registers} registers; accepted: 0 B)")
     if res.smem + res.static_smem > MAX_SMEM_PER_CTA:
         res.failures.append(f"shared memory {res.smem} B > {MAX_SMEM_PER_CTA} B per CTA")
-    want = G.PROGRAMS_PER_SM[variant.head_dim]
+    want = 1 if two else G.PROGRAMS_PER_SM[variant.head_dim]
     if res.ctas_per_sm < want:
         res.failures.append(f"{res.ctas_per_sm} CTAs fit per SM; its launch puts {want}")
     return res
