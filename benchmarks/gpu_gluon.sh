@@ -10,6 +10,12 @@
 #   phase d: the bench (blockattn, fa2); the stage profile at D = 128
 #   phase h: on an H200: its own tests, the A/B, the bench, the stage profile
 #   phase w: its own tests (one and two chains per CTA); the A/B with the two-chain kernel
+#   phase x: every mutant (the two-chain ones included); the not-slow tier with prefer-gluon and
+#            BLOCKATTN_GLUON_CHAINS=2 (the two-chain kernel at every head dim)
+#   phase y: on an H200: the not-slow tier by default (the two-chain kernel at D = 128); the
+#            bench
+#   phase z: the stage profile at D = 128; false alarms with prefer-gluon (on an H200: the
+#            two-chain kernel at D = 128)
 # Usage: bash benchmarks/gpu_gluon.sh a|b|c|d|h OUTDIR [COMMIT]
 set -uo pipefail
 phase=$1
@@ -52,4 +58,21 @@ if [ "$phase" = w ]; then
   step gluon_tests timeout 150 python3 -m pytest -q -x tests/kernels/test_gluon_path.py -p no:cacheprovider
   step ab timeout 200 python3 benchmarks/ab_gluon.py --out "$r/ab" --chains 2 --dtypes bf16 \
     --rounds 2
+fi
+if [ "$phase" = x ]; then
+  step mutants timeout 280 python3 -m blockattn mutants --jobs 12 --tolerances v5 \
+    --baseline ci/baselines/h100/report.json --out "$r/mutants"
+  step pytest_two_chains env BLOCKATTN_KERNEL_PATH=prefer-gluon BLOCKATTN_GLUON_CHAINS=2 \
+    timeout 300 python3 -m pytest -n 8 -m "not slow" -q -p no:cacheprovider
+fi
+if [ "$phase" = y ]; then
+  step pytest_gpu timeout 300 python3 -m pytest -n 8 -m "not slow" -q -p no:cacheprovider
+  step bench timeout 230 python3 -m blockattn bench --providers blockattn,fa2 --out "$r/bench" \
+    --no-sweeps --time-budget-s 200
+fi
+if [ "$phase" = z ]; then
+  step stages timeout 100 python3 benchmarks/stage_profile.py --out "$r/stages" --head-dims 128
+  step false_alarms env BLOCKATTN_KERNEL_PATH=prefer-gluon timeout 200 python3 -m blockattn \
+    false-alarms --tolerances v5 --seeds 8 --fuzz 2 --every-distribution --profile gpu \
+    --out "$r/false_alarms" --no-progress
 fi

@@ -24,6 +24,13 @@ value there never reaches this tile; keys past n get score -inf. Full tiles leav
 a partial tile's rows are stored with masked stores (a 64-row box would overwrite the next
 sequence's gradients).
 
+Two kernels, the same arithmetic and bits: _bwd_kernel runs one chain per CTA with two input
+stages; _bwd_kernel_ws runs two chains per CTA (two warpgroups under warp_specialize, one stage
+each, every buffer reloaded as soon as its last reader is done), so that one chain computes
+while the other waits on its loads. The H200's faster HBM leaves one chain exposed (its compute
+alone takes longer than the memory floor), so there the two-chain kernel is the default at
+D = 128; see chains().
+
 Gluon has no interpreter: off an sm_90 GPU this path never runs (dispatch falls back), and the
 CPU tests compile it ahead of time for sm_90 (tests/kernels/test_gluon_path.py).
 """
@@ -31,6 +38,7 @@ CPU tests compile it ahead of time for sm_90 (tests/kernels/test_gluon_path.py).
 from __future__ import annotations
 
 import functools
+import os
 
 import torch
 from torch import Tensor
@@ -476,7 +484,14 @@ def _device_name(index: int) -> str:
 
 
 def chains(device: torch.device) -> dict[int, int]:
-    """{head dim: chains per CTA} where the two-chain kernel is the default on `device`."""
+    """{head dim: chains per CTA} where the two-chain kernel is the default on `device`;
+    BLOCKATTN_GLUON_CHAINS=1|2 sets it for every head dim (the mutants and tests of the
+    two-chain kernel on a GPU where it is not the default)."""
+    forced = os.environ.get("BLOCKATTN_GLUON_CHAINS", "")
+    if forced:
+        if forced not in ("1", "2"):
+            raise ValueError(f"BLOCKATTN_GLUON_CHAINS={forced!r}: expected 1 or 2")
+        return dict.fromkeys(HEAD_DIMS, int(forced))
     if device.type != "cuda":
         return {}
     name = _device_name(device.index if device.index is not None

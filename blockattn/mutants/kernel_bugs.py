@@ -8,6 +8,8 @@ from __future__ import annotations
 from blockattn.mutants.mutant import (
     ATT,
     GLUON,
+    GLUON_CHAINS_1,
+    GLUON_CHAINS_2,
     HOPPER,
     OPS,
     PREFER_GLUON,
@@ -267,11 +269,13 @@ CORE: tuple[Mutant, ...] = (
         "gluon-rows-past-block-not-zeroed",
         "core",
         GLUON,
-        "            if n < BM:\n                _zero_rows(qb, n, r_lay)",
-        "            if n < 0:\n                _zero_rows(qb, n, r_lay)",
+        "            if n < BM:\n                _zero_rows(qb, n, r_lay)\n"
+        "                _zero_rows(kb, n, r_lay)\n                _zero_rows(vb, n, r_lay)",
+        "            if n < 0:\n                _zero_rows(qb, n, r_lay)\n"
+        "                _zero_rows(kb, n, r_lay)\n                _zero_rows(vb, n, r_lay)",
         "Gluon path: the rows a partial block's TMA box reads past its end (the next "
         "sequence's) are not zeroed in shared memory",
-        env=PREFER_GLUON,
+        env=PREFER_GLUON + GLUON_CHAINS_1,
         needs_sm90=True,
     ),
     Mutant(
@@ -281,7 +285,7 @@ CORE: tuple[Mutant, ...] = (
         "tma.async_copy_global_to_shared(q_desc, [row, col], bar, q_s.index(stage), pred)",
         "tma.async_copy_global_to_shared(q_desc, [row, 0], bar, q_s.index(stage), pred)",
         "Gluon path: every head's q tile is loaded from head 0's columns",
-        env=PREFER_GLUON,
+        env=PREFER_GLUON + GLUON_CHAINS_1,
         needs_sm90=True,
     ),
     Mutant(
@@ -293,7 +297,45 @@ CORE: tuple[Mutant, ...] = (
         "Gluon path: the tile table is read one tile late in the persistent loop (a program "
         "with three or more tiles computes its second twice and never its last); the quick "
         "tier has fewer tiles than programs, so the path's own many-tile test kills it",
-        env=PREFER_GLUON,
+        env=PREFER_GLUON + GLUON_CHAINS_1,
+        needs_sm90=True,
+        tests=("tests/kernels/test_gluon_path.py::test_gluon_persistent_loop_many_tiles",),
+    ),
+    # The two-chain kernel (_consumer): BLOCKATTN_GLUON_CHAINS=2 selects it on any sm_90 GPU.
+    Mutant(
+        "gluon2-v-do-rows-past-block-not-zeroed",
+        "core",
+        GLUON,
+        "            if n < BM:\n                _zero_rows(vb, n, r_lay)\n"
+        "                _zero_rows(dob, n, r_lay)",
+        "            if n < 0:\n                _zero_rows(vb, n, r_lay)\n"
+        "                _zero_rows(dob, n, r_lay)",
+        "Gluon two-chain kernel: the V and dO rows a partial block's box reads past its end "
+        "(the next sequence's) are not zeroed: those dO rows reach dV through P's padded rows",
+        env=PREFER_GLUON + GLUON_CHAINS_2,
+        needs_sm90=True,
+    ),
+    Mutant(
+        "gluon2-second-chain-repeats-first",
+        "core",
+        GLUON,
+        "    vp = 2 * gl.program_id(0) + C\n",
+        "    vp = 2 * gl.program_id(0)\n",
+        "Gluon two-chain kernel: the worker warpgroup walks the default one's tiles, so every "
+        "other tile's gradients are never written",
+        env=PREFER_GLUON + GLUON_CHAINS_2,
+        needs_sm90=True,
+        tests=("tests/kernels/test_gluon_path.py::test_gluon_persistent_loop_many_tiles",),
+    ),
+    Mutant(
+        "gluon2-table-read-a-tile-late",
+        "core",
+        GLUON,
+        "nn_start, nn_n, nn_h = _tile_at(gl.minimum(t + 2 * n_vp, n_tiles - 1), tile_start,",
+        "nn_start, nn_n, nn_h = _tile_at(gl.minimum(t + n_vp, n_tiles - 1), tile_start,",
+        "Gluon two-chain kernel: each chain reads the tile table one tile late (its second "
+        "tile computed twice, its last never); killed by the path's many-tile test",
+        env=PREFER_GLUON + GLUON_CHAINS_2,
         needs_sm90=True,
         tests=("tests/kernels/test_gluon_path.py::test_gluon_persistent_loop_many_tiles",),
     ),

@@ -13,6 +13,10 @@ HOPPER = "kernels/attention_hopper.py"
 PREFER_HOPPER = (("BLOCKATTN_KERNEL_PATH", "prefer-hopper"),)
 GLUON = "kernels/attention_gluon.py"  # the Gluon backward (sm_90 only: no interpreter)
 PREFER_GLUON = (("BLOCKATTN_KERNEL_PATH", "prefer-gluon"),)
+# The Gluon path's one-chain kernel (_bwd_kernel) or its two-chain kernel (_consumer), whichever
+# the GPU's default (attention_gluon.chains) would be.
+GLUON_CHAINS_1 = (("BLOCKATTN_GLUON_CHAINS", "1"),)
+GLUON_CHAINS_2 = (("BLOCKATTN_GLUON_CHAINS", "2"),)
 TILES = "kernels/tiles.py"
 OPS = "ops.py"
 ERROR_BOUND = "../oracles/error_bound.py"  # the FP64 bound: the `oracles` package beside blockattn

@@ -15,7 +15,14 @@ cancels (see `_bwd_tile`).
 
 from __future__ import annotations
 
-from blockattn.mutants.mutant import GLUON, PREFER_GLUON, TILE_MATH, Mutant
+from blockattn.mutants.mutant import (
+    GLUON,
+    GLUON_CHAINS_1,
+    GLUON_CHAINS_2,
+    PREFER_GLUON,
+    TILE_MATH,
+    Mutant,
+)
 
 _G = "precision"
 _RD = "IS_BF16, INTERPRET).to(tl.float32)"  # tail of `_round_to(x, DT, ...)` back to fp32
@@ -225,7 +232,7 @@ PRECISION: tuple[Mutant, ...] = (
         "dv = warpgroup_mma(pd_s.index(1).permute((1, 0)), dob, zo, use_acc=False)",
         "dv = zo",
         "Gluon path: dV = P^T dO with P rounded to the input dtype (its lo half dropped)",
-        env=PREFER_GLUON,
+        env=PREFER_GLUON + GLUON_CHAINS_1,
         needs_sm90=True,
     ),
     Mutant(
@@ -235,17 +242,30 @@ PRECISION: tuple[Mutant, ...] = (
         "row0 = gl.load(V + start * stride_vt + h * stride_vh + cols).to(gl.float32)",
         "row0 = gl.zeros([v.shape[1]], gl.float32, gl.SliceLayout(0, lay))",
         "Gluon path: V enters dO V^T uncentred: dP - Di cancels in fp32 again (near-constant V)",
-        env=PREFER_GLUON,
+        env=PREFER_GLUON + GLUON_CHAINS_1,
         needs_sm90=True,
     ),
     Mutant(
         "gluon-ds-fp16-scale-dropped",
         _G,
         GLUON,
+        "the inverse joins the store scale\n"
+        "                up, down = _pow2_scale(gl.max(gl.max(gl.abs(ds), axis=1), axis=0), 14)\n"
         "                ds = ds * up\n                dscale = sm_scale * down\n",
-        "",
+        "the inverse joins the store scale\n",
         "Gluon path: fp16 dS split without its power-of-two scale (fp16, small dS)",
-        env=PREFER_GLUON,
+        env=PREFER_GLUON + GLUON_CHAINS_1,
+        needs_sm90=True,
+    ),
+    Mutant(
+        "gluon2-dp-v-lo-dropped",
+        _G,
+        GLUON,
+        "dp = warpgroup_mma(dob, yb.permute((1, 0)), zs, use_acc=False)",
+        "dp = zs",
+        "Gluon two-chain kernel: dP = dO (V - V_0)^T with V - V_0 rounded to the input dtype "
+        "(its lo half dropped)",
+        env=PREFER_GLUON + GLUON_CHAINS_2,
         needs_sm90=True,
     ),
 )

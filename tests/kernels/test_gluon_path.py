@@ -46,6 +46,18 @@ def test_gluon_builds_for_sm90_without_spills() -> None:
         assert r.ctas_per_sm >= want, r.variant
 
 
+def test_gluon_chains_knob(monkeypatch) -> None:
+    cpu = torch.device("cpu")
+    monkeypatch.delenv("BLOCKATTN_GLUON_CHAINS", raising=False)
+    assert G.chains(cpu) == {}  # off a GPU: no measured default
+    for n in (1, 2):
+        monkeypatch.setenv("BLOCKATTN_GLUON_CHAINS", str(n))
+        assert G.chains(cpu) == dict.fromkeys(G.HEAD_DIMS, n)
+    monkeypatch.setenv("BLOCKATTN_GLUON_CHAINS", "3")
+    with pytest.raises(ValueError, match="BLOCKATTN_GLUON_CHAINS='3'"):
+        G.chains(cpu)
+
+
 def _meta(D: int = 128, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
     return torch.empty(8, 2, D, dtype=dtype, device=DEVICE)
 
