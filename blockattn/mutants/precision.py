@@ -252,7 +252,8 @@ PRECISION: tuple[Mutant, ...] = (
         "the inverse joins the store scale\n"
         "                up, down = _pow2_scale(gl.max(gl.max(gl.abs(ds), axis=1), axis=0), 14)\n"
         "                ds = ds * up\n                dscale = sm_scale * down\n",
-        "the inverse joins the store scale\n",
+        "the inverse joins the store scale\n"
+        "                up, down = _pow2_scale(gl.max(gl.max(gl.abs(ds), axis=1), axis=0), 14)\n",
         "Gluon path: fp16 dS split without its power-of-two scale (fp16, small dS)",
         env=PREFER_GLUON + GLUON_CHAINS_1,
         needs_sm90=True,

@@ -38,6 +38,17 @@ def test_anchor_occurs_exactly_once_in_current_source(m: Mutant) -> None:
     assert anchor_count(m) == 1, f"{m.name}: anchor found {anchor_count(m)}x in {m.file}"
 
 
+@pytest.mark.parametrize("m", [m for m in catalog.MUTANTS if m.file.endswith(".py")],
+                         ids=lambda m: m.name)
+def test_mutated_source_still_parses(m: Mutant) -> None:
+    # A mutant must plant a bug, not a syntax error: one that cannot import is "killed (crash)"
+    # on every device and proves nothing about the suite (an emptied `if` block did that once).
+    import ast
+
+    src = (PACKAGE_DIR / m.file).read_text()
+    ast.parse(src.replace(m.anchor, m.replacement, 1), filename=m.file)
+
+
 def test_mutant_changes_only_the_copy(tmp_path: Path) -> None:
     m = catalog.by_name(["di-dropped"])[0]
     before = (PACKAGE_DIR / m.file).read_text()
