@@ -483,6 +483,19 @@ def _device_name(index: int) -> str:
     return torch.cuda.get_device_name(index)
 
 
+def _per_gpu(device: torch.device, base: dict[int, int],
+             per_gpu: dict[str, dict[int, int]]) -> dict[int, int]:
+    """`base` updated by the entries of `per_gpu` whose key is in `device`'s name."""
+    out = dict(base)
+    if device.type == "cuda":
+        name = _device_name(device.index if device.index is not None
+                            else torch.cuda.current_device())
+        for key, extra in per_gpu.items():
+            if key in name:
+                out.update(extra)
+    return out
+
+
 def chains(device: torch.device) -> dict[int, int]:
     """{head dim: chains per CTA} where the two-chain kernel is the default on `device`;
     BLOCKATTN_GLUON_CHAINS=1|2 sets it for every head dim (the mutants and tests of the
@@ -492,28 +505,12 @@ def chains(device: torch.device) -> dict[int, int]:
         if forced not in ("1", "2"):
             raise ValueError(f"BLOCKATTN_GLUON_CHAINS={forced!r}: expected 1 or 2")
         return dict.fromkeys(HEAD_DIMS, int(forced))
-    if device.type != "cuda":
-        return {}
-    name = _device_name(device.index if device.index is not None
-                        else torch.cuda.current_device())
-    out: dict[int, int] = {}
-    for key, extra in GPU_CHAINS.items():
-        if key in name:
-            out.update(extra)
-    return out
+    return _per_gpu(device, {}, GPU_CHAINS)
 
 
 def configs(device: torch.device) -> dict[int, int]:
     """{head dim: programs per SM} where this path is the default on `device`."""
-    if device.type != "cuda":
-        return dict(CONFIGS)
-    name = _device_name(device.index if device.index is not None
-                        else torch.cuda.current_device())
-    out = dict(CONFIGS)
-    for key, extra in GPU_CONFIGS.items():
-        if key in name:
-            out.update(extra)
-    return out
+    return _per_gpu(device, CONFIGS, GPU_CONFIGS)
 
 
 # ----------------------------------------------------------------------------- launcher
