@@ -2,13 +2,15 @@
 portable Triton kernel (BLOCKATTN_KERNEL_PATH=portable) against the Gluon backward
 (BLOCKATTN_KERNEL_PATH=gluon), both launched through dispatch.attention_bwd as ops does.
 
-    python benchmarks/ab_gluon.py --out DIR [--programs-per-sm 1,2]
+    python benchmarks/ab_gluon.py --out DIR [--programs-per-sm 1,2] [--chains 1,2]
 
 Shape P (B=1152, max_len=4096, sparsity 0.7, H=4) at D=128 and D=64, bf16 and fp16; each
 timing is a median of triton.testing.do_bench, taken `--rounds` times alternating the paths
 (the median of those is reported); the bwd floor is 7 passes over a (T, H, D) tensor at the
 copy ceiling measured in this run. `--programs-per-sm` also times the Gluon path at each
-given CTAs per SM (in place of attention_gluon.configs()), to choose its CONFIGS.
+given CTAs per SM (in place of attention_gluon.configs()), to choose its CONFIGS; `--chains`
+at each given number of chains per CTA (in place of attention_gluon.chains()), to choose its
+GPU_CHAINS. "gluon" is the shipped default on the GPU the run is on.
 """
 
 from __future__ import annotations
