@@ -13,8 +13,8 @@ HOPPER = "kernels/attention_hopper.py"
 PREFER_HOPPER = (("BLOCKATTN_KERNEL_PATH", "prefer-hopper"),)
 GLUON = "kernels/attention_gluon.py"  # the Gluon backward (sm_90 only: no interpreter)
 PREFER_GLUON = (("BLOCKATTN_KERNEL_PATH", "prefer-gluon"),)
-# The Gluon path's one-chain kernel (_bwd_kernel) or its two-chain kernel (_consumer), whichever
-# the GPU's default (attention_gluon.chains) would be.
+# Force the Gluon path's one-chain kernel (_bwd_kernel) or its two-chain kernel (_consumer)
+# whatever the GPU's default (attention_gluon.chains), so each mutant runs the code it mutates.
 GLUON_CHAINS_1 = (("BLOCKATTN_GLUON_CHAINS", "1"),)
 GLUON_CHAINS_2 = (("BLOCKATTN_GLUON_CHAINS", "2"),)
 TILES = "kernels/tiles.py"
