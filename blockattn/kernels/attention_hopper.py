@@ -146,10 +146,17 @@ DEFAULT_CONFIG = HopperConfig(num_warps=4, num_stages=2, programs_per_sm=2)
 # Few resident programs, each waiting on its own chain, overlap less than the portable path's
 # many one-tile CTAs do. The path stays opt-in (BLOCKATTN_KERNEL_PATH=hopper) and tested.
 CONFIGS: dict[tuple[str, bool, int], HopperConfig] = {}
+# Where the default config does not fit one CTA's shared memory (227 KB on sm_90), and so would
+# fail at launch: these do not make the path a default (only CONFIGS does). Rotary D128 bwd with
+# rotate_v=False takes 245,828 B at 2 stages (compile-check, 2026-11-25).
+FITS: dict[tuple[str, bool, int], HopperConfig] = {
+    ("bwd", True, 128): HopperConfig(num_warps=4, num_stages=1, programs_per_sm=2),
+}
 
 
 def hopper_config(kernel: str, rotary: bool, head_dim: int) -> HopperConfig:
-    return CONFIGS.get((kernel, rotary, head_dim), DEFAULT_CONFIG)
+    key = (kernel, rotary, head_dim)
+    return CONFIGS.get(key) or FITS.get(key, DEFAULT_CONFIG)
 
 
 def _tma_ok(t: Tensor) -> bool:

@@ -323,7 +323,8 @@ def _compile_gluon(variant: Variant, target: str, res: Result) -> Result:
     gdt = {"bf16": gl.bfloat16, "fp16": gl.float16}[variant.dtype]
     lay = gl.NVMMASharedLayout.get_default_for([G.BLOCK, variant.head_dim], gdt)
     signature: dict[str, str] = {}
-    for p in fn.params:
+    attrs: dict[tuple[int, ...], list[list[Any]]] = {}
+    for i, p in enumerate(fn.params):
         name = p.name
         if p.is_constexpr:
             signature[name] = "constexpr"
@@ -331,10 +332,13 @@ def _compile_gluon(variant: Variant, target: str, res: Result) -> Result:
             signature[name] = f"tensordesc<{variant.dtype}[{G.BLOCK}, {variant.head_dim}],{lay!r}>"
         elif name in ("V", "DQ", "DK", "DV"):
             signature[name] = f"*{variant.dtype}"
+            attrs[(i,)] = [["tt.divisibility", 16]]  # as the JIT specialises them (see above)
         elif name in ("tile_start", "tile_len"):
             signature[name] = "*i64" if name == "tile_start" else "*i32"
         elif name.startswith(_STRIDE_PREFIX) or name == "n_tiles":
             signature[name] = "i32"
+            if name.startswith(_STRIDE_PREFIX):
+                attrs[(i,)] = [["tt.divisibility", 16]]
         elif name in _FLOAT_ARGS:
             signature[name] = "fp32"
         else:
@@ -343,7 +347,7 @@ def _compile_gluon(variant: Variant, target: str, res: Result) -> Result:
     constexprs = dict(H=N_HEADS, IS_BF16=variant.dtype == "bf16", num_warps=num_warps)
     if two:
         constexprs["WORKER_REGS"] = G.WORKER_REGS
-    src = GluonASTSource(fn=fn, signature=signature, constexprs=constexprs)
+    src = GluonASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
     res.num_warps = 2 * num_warps if two else num_warps  # the worker warpgroup counts too
     kernel = _build(src, TARGETS[target], {"num_warps": num_warps}, res)
     res.mma_counts = count_mma(kernel.asm["ptx"])
