@@ -7,9 +7,10 @@
 #   phase w: rotary_d128_launch_configs.patch: the A/B for three rotary D128 launch configs
 #   phase s: gluon2_register_stores.patch: the Gluon path's tests; the A/B; probe_chains.py
 #   phase f: the Hopper path's tests, then again with .ab/a's attention_hopper.py (the one
-#            before FITS: its rotary D128 rotate_v=False backward must fail to launch); the
-#            bench three times (blockattn, fa2; main shapes)
-# Usage: bash benchmarks/gpu_rotary.sh r|w|s|f OUTDIR [COMMIT]
+#            before FITS); the bench three times (blockattn, fa2; main shapes)
+#   phase g: phase f's tests only (after the rotary D128 qk-only case got enough tiles for a
+#            loop: before FITS its backward must fail to launch)
+# Usage: bash benchmarks/gpu_rotary.sh r|w|s|f|g OUTDIR [COMMIT]
 set -uo pipefail
 phase=$1
 out=${2:-$OUT}
@@ -37,7 +38,7 @@ if [ "$phase" = s ]; then
   step ab timeout 200 python3 benchmarks/ab_kernels.py --a .ab/a --out "$r/ab"
   step probe timeout 150 python3 benchmarks/probe_chains.py --out "$r/probe"
 fi
-if [ "$phase" = f ]; then
+if [ "$phase" = f ] || [ "$phase" = g ]; then
   step hopper_tests timeout 200 python3 -m pytest -q -p no:cacheprovider \
     tests/kernels/test_hopper_path.py
   cp blockattn/kernels/attention_hopper.py "$r/attention_hopper.fixed"
@@ -45,7 +46,7 @@ if [ "$phase" = f ]; then
   step hopper_tests_before_fits timeout 200 python3 -m pytest -q -p no:cacheprovider \
     tests/kernels/test_hopper_path.py -k d128-rotary-qk
   cp "$r/attention_hopper.fixed" blockattn/kernels/attention_hopper.py && rm "$r/attention_hopper.fixed"
-  for i in 1 2 3; do
+  for i in $([ "$phase" = f ] && echo 1 2 3); do
     step "bench_$i" timeout 150 python3 -m blockattn bench --providers blockattn,fa2 \
       --out "$r/bench_$i" --no-sweeps --time-budget-s 120
   done
