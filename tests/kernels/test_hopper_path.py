@@ -70,6 +70,22 @@ def _ulp_close(a: torch.Tensor, b: torch.Tensor) -> bool:
     return bool(torch.isfinite(fa).all() and ((fa - fb).abs() <= ulp).all())
 
 
+def _close_at_scale(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Within one ulp of the stored dtype plus 2^-16 of the tensor's largest magnitude.
+
+    Why the second term: where an output is a near-cancelling sum (|O| far below its terms),
+    two fp32 accumulation orders differ by ~n 2^-24 of the terms' magnitudes (n <= 128), which
+    is many ulps of the small result. Over 600 tiles such elements occur (measured on an H200,
+    benchmarks/diag_hopper_rot.py: both paths' errors against FP64 match, ~1000 of 3.2M O
+    elements beyond 1 ulp of the exact value in each); a wrong or unwritten tile is off by
+    O(max), far above 2^-16 of it.
+    """
+    fa, fb = a.double(), b.double()
+    ulp = torch.finfo(a.dtype).eps * torch.maximum(fa.abs(), fb.abs())
+    tol = ulp + 2.0**-16 * float(fb.abs().max())
+    return bool(torch.isfinite(fa).all() and ((fa - fb).abs() <= tol).all())
+
+
 @pytest.mark.skipif(DEVICE == "cuda" and not ON_SM90, reason="the Hopper path needs sm_90")
 @pytest.mark.parametrize("dtype,D,rotary,rotate_v", [
     (torch.bfloat16, 64, False, True), (torch.float16, 128, False, True),
@@ -89,7 +105,9 @@ def test_hopper_matches_portable(_loop_bounds, dtype, D, rotary, rotate_v) -> No
     out = _run("hopper", q, k, v, do, sinu, table, rotate_v)
     for name, a, b in zip(("O", "dQ", "dK", "dV"), out, ref, strict=True):
         assert bool(torch.isfinite(a).all()), f"{name}: unwritten (NaN) or non-finite elements"
-        if rotary:
+        if many:
+            assert _close_at_scale(a, b), f"{name}: beyond 1 ulp + 2^-16 max from the portable"
+        elif rotary:
             assert _ulp_close(a, b), f"{name}: more than 1 ulp from the portable kernel"
         else:
             assert torch.equal(a, b), f"{name}: not bitwise equal to the portable kernel"
