@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # GPU work of the fifth issue-23 session (rotary <= 1.35x plain, no spills, the two-chain
-# kernel's exposed loads), one device call per phase. Phases r, w and s A/B a candidate kernel
-# tree (the working tree, with a patch of results/h200_2026-11-25e/patches/ applied) against
-# the last commit's kernels saved in .ab/a (carry it; see benchmarks/ab_kernels.py):
+# kernel's exposed loads), one device call per phase; results in results/h200_2026-11-25e/.
+# Phases r, w and s A/B a candidate kernel tree (the working tree, with a patch of
+# results/h200_2026-11-25e/patches/ applied) against the last commit's kernels saved in .ab/a
+# (carry it; see benchmarks/ab_kernels.py):
 #   phase r: rotary_halves.patch: the rotary kernel tests on sm_90; the A/B; the stage profile
 #   phase w: rotary_d128_launch_configs.patch: the A/B for three rotary D128 launch configs
-#   phase s: gluon2_register_stores.patch: the Gluon path's tests; the A/B; probe_chains.py
+#   phase s: a Gluon-path candidate (gluon2_register_stores, gluon2_qk_loaded_after_dp,
+#            gluon_row0_a_tile_ahead): the Gluon path's tests; the A/B; probe_chains.py
 #   phase f: the Hopper path's tests, then again with .ab/a's attention_hopper.py (the one
 #            before FITS); the bench three times (blockattn, fa2; main shapes)
 #   phase g: phase f's tests only (after the rotary D128 qk-only case got enough tiles for a
