@@ -1,14 +1,17 @@
 """Launch each blockattn kernel once at a mid-size shape, for Nsight Compute.
 
-    ncu --set detailed -k regex:_bwd_kernel python benchmarks/ncu_kernels.py
+    ncu --set detailed -k regex:_bwd_kernel python benchmarks/ncu_kernels.py [--shape-p] [--plain]
 
 B=256, max_len=1024, sparsity 0.7 (~79 k tokens, ~1230 tiles of 64 x 4 heads: many waves on a
-132-SM GPU, so per-kernel ratios are those of shape P) with H=4, D=128, bf16.
+132-SM GPU, so per-kernel ratios are those of shape P) with H=4, D=128, bf16. --shape-p runs
+shape P itself (B=1152, max_len=4096: the persistent Gluon kernels' steady state, ~700 tiles per
+SM); --plain skips the rotary launches.
 """
 
 from __future__ import annotations
 
 import math
+import sys
 
 import torch
 
@@ -18,11 +21,12 @@ from blockattn.kernels.tiles import build_tile_table
 
 
 def main() -> None:
-    case = make_case(B=256, max_len=1024, sparsity=0.7, H=4, D=128, dtype=torch.bfloat16,
-                     device="cuda", seed=3)
+    shape_p = "--shape-p" in sys.argv
+    case = make_case(B=1152 if shape_p else 256, max_len=4096 if shape_p else 1024,
+                     sparsity=0.7, H=4, D=128, dtype=torch.bfloat16, device="cuda", seed=3)
     table = build_tile_table(case.offsets, case.q.shape[0], 64)
     scale = 1 / math.sqrt(128)
-    for sinu in (None, case.sinu_pos):
+    for sinu in (None,) if "--plain" in sys.argv else (None, case.sinu_pos):
         dispatch.attention_fwd(case.q, case.k, case.v, table, sinu, scale, 64, True)
         dispatch.attention_bwd(case.q, case.k, case.v, case.grad_out, table, sinu, scale, 64, True)
     torch.cuda.synchronize()

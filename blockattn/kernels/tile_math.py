@@ -237,23 +237,46 @@ def _fwd_body(q, k, v, h, start, n, O, SIN, stride_ot, stride_oh, stride_st, qk_
               HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr,
               ROTARY: tl.constexpr, ROTATE_V: tl.constexpr, SPLIT: tl.constexpr,
               IS_BF16: tl.constexpr, IEEE: tl.constexpr, INTERPRET: tl.constexpr):
-    """The forward of one tile from its loaded q, k, v (rows >= n zero): also the body of the
-    Hopper TMA kernel (blockattn.kernels.attention_hopper), which loads them its own way."""
+    """The forward of one tile from its loaded q, k, v (rows >= n zero): the body of the Hopper
+    TMA kernel (blockattn.kernels.attention_hopper), which loads them its own way. The portable
+    kernel runs its two halves itself, loading V in between."""
+    p = _fwd_probs(q, k, SIN, start, n, stride_st, qk_scale, HEAD_DIM, BLOCK, ROTARY, SPLIT,
+                   IS_BF16, IEEE, INTERPRET)
+    _fwd_out(p, v, h, start, n, O, SIN, stride_ot, stride_oh, stride_st, HEAD_DIM, BLOCK,
+             ROTATE_V, SPLIT, IS_BF16, IEEE, INTERPRET)
+
+
+@triton.jit
+def _fwd_probs(q, k, SIN, start, n, stride_st, qk_scale,
+               HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr, ROTARY: tl.constexpr,
+               SPLIT: tl.constexpr, IS_BF16: tl.constexpr, IEEE: tl.constexpr,
+               INTERPRET: tl.constexpr):
+    """The forward's first half: P of one tile from its loaded q, k."""
     HALF: tl.constexpr = HEAD_DIM // 2
     q_hi, q_lo = _operand(q, SIN, start, n, stride_st, ROTARY, SPLIT, IS_BF16,
                           BLOCK, HALF, INTERPRET)
     k_hi, k_lo = _operand(k, SIN, start, n, stride_st, ROTARY, SPLIT, IS_BF16,
                           BLOCK, HALF, INTERPRET)
     p = _probs(q_hi, q_lo, k_hi, k_lo, n, qk_scale, ROTARY and SPLIT, IEEE, INTERPRET, BLOCK)
+    return p
+
+
+@triton.jit
+def _fwd_out(p, v, h, start, n, O, SIN, stride_ot, stride_oh, stride_st,
+             HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr, ROTATE_V: tl.constexpr,
+             SPLIT: tl.constexpr, IS_BF16: tl.constexpr, IEEE: tl.constexpr,
+             INTERPRET: tl.constexpr):
+    """The forward's second half: O = P V of one tile, stored."""
+    HALF: tl.constexpr = HEAD_DIM // 2
     # V is rotated only now, after q/k are dead, to keep register pressure down.
     v_hi, v_lo = _operand(v, SIN, start, n, stride_st, ROTATE_V, SPLIT, IS_BF16,
                           BLOCK, HALF, INTERPRET)
     acc = tl.zeros((BLOCK, HEAD_DIM), dtype=tl.float32)
     if SPLIT:
-        p_hi, p_lo = _split(p, q.dtype, IS_BF16, INTERPRET)
+        p_hi, p_lo = _split(p, v.dtype, IS_BF16, INTERPRET)
         acc = _mma_split(p_hi, p_lo, v_hi, v_lo, acc, True, ROTATE_V, IEEE, INTERPRET)
     else:
-        acc = _mma(p.to(q.dtype), v_hi, acc, IEEE, INTERPRET)
+        acc = _mma(p.to(v.dtype), v_hi, acc, IEEE, INTERPRET)
     _store(_tile(O, start, n, h, stride_ot, stride_oh, BLOCK, HEAD_DIM), acc, SIN, start, n,
            stride_st, False, IS_BF16, BLOCK, HALF, INTERPRET)
 

@@ -389,11 +389,11 @@ ROTARY: tuple[Mutant, ...] = (
     Mutant(
         "rotary-v-ignores-rotate-v",
         "rotary",
-        TILE_MATH,
-        "# V is rotated only now, after q/k are dead, to keep register pressure down.\n"
-        "    v_hi, v_lo = _operand(v, SIN, start, n, stride_st, ROTATE_V,",
-        "# V is rotated only now, after q/k are dead, to keep register pressure down.\n"
-        "    v_hi, v_lo = _operand(v, SIN, start, n, stride_st, ROTARY,",
+        ATT,
+        "    _fwd_out(p, v, h, start, n, O, SIN, stride_ot, stride_oh, stride_st, HEAD_DIM, "
+        "BLOCK,\n             ROTATE_V,",
+        "    _fwd_out(p, v, h, start, n, O, SIN, stride_ot, stride_oh, stride_st, HEAD_DIM, "
+        "BLOCK,\n             ROTARY,",
         "forward rotates V whenever rotary is on, ignoring rotate_v=False",
     ),
     Mutant(
