@@ -12,7 +12,9 @@
 #            before FITS); the bench three times (blockattn, fa2; main shapes)
 #   phase g: phase f's tests only (after the rotary D128 qk-only case got enough tiles for a
 #            loop: before FITS its backward must fail to launch)
-# Usage: bash benchmarks/gpu_rotary.sh r|w|s|f|g OUTDIR [COMMIT]
+#   phase h: after the plain D128 forward's late V load, on an H100: the A/B, false alarms,
+#            the core mutants against the H100 baseline
+# Usage: bash benchmarks/gpu_rotary.sh r|w|s|f|g|h OUTDIR [COMMIT]
 set -uo pipefail
 phase=$1
 out=${2:-$OUT}
@@ -52,4 +54,11 @@ if [ "$phase" = f ] || [ "$phase" = g ]; then
     step "bench_$i" timeout 150 python3 -m blockattn bench --providers blockattn,fa2 \
       --out "$r/bench_$i" --no-sweeps --time-budget-s 120
   done
+fi
+if [ "$phase" = h ]; then  # after the plain D128 forward's late V load (885e7dc), on an H100
+  step ab timeout 150 python3 benchmarks/ab_kernels.py --a .ab/a --out "$r/ab"
+  step false_alarms timeout 200 python3 -m blockattn false-alarms --tolerances v5 --seeds 8 \
+    --fuzz 2 --every-distribution --profile gpu --out "$r/false_alarms"
+  step mutants timeout 280 python3 -m blockattn mutants --jobs 14 --tolerances v5 \
+    --baseline ci/baselines/h100/report.json --group core --out "$r/mutants_core"
 fi

@@ -184,6 +184,9 @@ class LaunchConfig:
 # 1.347 vs 1.909 ms), although ptxas then spills ~90-124 B per thread to L1: more loads in
 # flight outweigh it. Their spill budget is what compile-check accepts; more fails. Elsewhere a
 # cap only added spills and time (rotary fwd D=128 at 128: 11.7 ms): ptxas' own choice stays.
+# The plain fwd D=128 fits the cap without spills since it loads V after P (_fwd_tile; same-run
+# A/B against the load-V-first kernel: H200 1.389 vs 1.414 ms, H100 1.854 vs 1.880 ms,
+# results/h200_2026-11-25e/late_v/, results/h100_2026-11-25e/after_late_v/): it accepts 0 B.
 _STAGES = {"fwd": 1, "bwd": 2}  # no loop to pipeline at one tile per program: no effect
 CONFIGS: dict[tuple[str, bool, int], LaunchConfig] = {
     ("fwd", False, 128): LaunchConfig(4, 1, 0, maxnreg=128),
