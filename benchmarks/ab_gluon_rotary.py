@@ -1,5 +1,6 @@
 """A/B of the fused-rotary backward's two paths in one run (same GPU, inputs, copy ceiling):
-the portable Triton kernel against the Gluon rotary kernel (attention_gluon_rotary), with the
+the portable Triton kernel against the Gluon rotary kernel (attention_gluon_rotary; its two
+ways of loading and rotating the operands, gather=False/True, see _rotated), with the
 plain backward (the shipped default path) timed beside them for the rotary/plain ratio.
 
     python benchmarks/ab_gluon_rotary.py --out DIR [--head-dims 128,64] [--rounds 3]
@@ -55,20 +56,23 @@ def main() -> int:
         nbytes = c.q.numel() * c.q.element_size()
         floor_ms = 7 * nbytes / (ceiling["tbps"] * 1e12) * 1e3
         outs = {name: tuple(torch.empty_like(c.q) for _ in range(3))
-                for name in ("portable", "gluon")}
+                for name in ("portable", "gluon", "gluon_gather")}
         kernels = {
             "plain": functools.partial(dispatch.attention_bwd, c.q, c.k, c.v, c.do, table, None,
                                        c.scale, 64, True),
             "rotary_portable": functools.partial(A.launch_bwd, c.q, c.k, c.v, c.do, table,
                                                  c.sinu, c.scale, 64, True, outs["portable"]),
             "rotary_gluon": functools.partial(GR.launch_bwd, c.q, c.k, c.v, c.do, table, c.sinu,
-                                              c.scale, True, outs["gluon"]),
+                                              c.scale, True, outs["gluon"], gather=False),
+            "rotary_gluon_gather": functools.partial(GR.launch_bwd, c.q, c.k, c.v, c.do, table,
+                                                     c.sinu, c.scale, True,
+                                                     outs["gluon_gather"], gather=True),
         }
         for fn in kernels.values():
             fn()
         torch.cuda.synchronize()
-        apart = {nm: _apart(a, b) for nm, a, b in zip(("dQ", "dK", "dV"), outs["gluon"],
-                                                       outs["portable"], strict=True)}
+        apart = {f"{g}_{nm}": _apart(a, b) for g in ("gluon", "gluon_gather")
+                 for nm, a, b in zip(("dQ", "dK", "dV"), outs[g], outs["portable"], strict=True)}
         times: dict[str, list[float]] = {name: [] for name in kernels}
         for _ in range(args.rounds):
             for name, fn in kernels.items():

@@ -73,18 +73,40 @@ def _sin_cos(SIN, start, n, stride_st, cols, lay: gl.constexpr, HALF: gl.constex
 
 
 @gluon.jit
+def _pair_sin_cos(SIN, start, n, stride_st, col0, like, HALF: gl.constexpr):
+    """fp32 sin and cos of a panel's (BLOCK, PANEL // 2) pairs, in the layout of `like` (one
+    half of the split pairs; its layout is taken inside: a split's layout cannot be passed)."""
+    pl: gl.constexpr = like.type.layout
+    rows = gl.arange(0, BLOCK, layout=gl.SliceLayout(1, pl))
+    pair = col0 // 2 + gl.arange(0, PANEL // 2, layout=gl.SliceLayout(0, pl))
+    base = gl.expand_dims((start + rows).to(gl.int64) * stride_st, 1)
+    mask = gl.expand_dims(rows < n, 1) & gl.expand_dims(pair >= 0, 0)
+    sin = gl.load(SIN + base + gl.expand_dims(pair, 0), mask=mask, other=0.0)
+    cos = gl.load(SIN + base + HALF + gl.expand_dims(pair, 0), mask=mask, other=0.0)
+    return sin.to(gl.float32), cos.to(gl.float32)
+
+
+@gluon.jit
 def _rotated(X, SIN, start, n, h, stride_t, stride_h, stride_st, col0, lay: gl.constexpr,
-             HALF: gl.constexpr):
-    """The fp32 rotated (BLOCK, PANEL) panel of X in layout `lay` (rows >= n are 0): each
-    element with its pair partner (column ^ 1, an L1 hit) as
-    (x0, x1) -> (x0 cos - x1 sin, x1 cos + x0 sin)."""
+             HALF: gl.constexpr, GATHER: gl.constexpr):
+    """The fp32 rotated (BLOCK, PANEL) panel of X (rows >= n are 0),
+    (x0, x1) -> (x0 cos - x1 sin, x1 cos + x0 sin) on each interleaved pair.
+    GATHER: in layout `lay`, each element loaded with its partner (column ^ 1, a second load)
+    and its pair's sin/cos; else loaded row-contiguous in `lay`, whose threads hold whole
+    pairs, and split into the pairs' halves (one load of X, one sin/cos per pair)."""
     offs, mask, cols = _grid(start, n, h, stride_t, stride_h, col0, lay)
     x = gl.load(X + offs, mask=mask, other=0.0).to(gl.float32)
-    partner = offs - gl.expand_dims(cols, 0) + gl.expand_dims(cols ^ 1, 0)
-    xp = gl.load(X + partner, mask=mask, other=0.0).to(gl.float32)
-    sin, cos = _sin_cos(SIN, start, n, stride_st, cols, lay, HALF)
-    odd = gl.expand_dims((cols & 1) == 1, 0)
-    return gl.where(odd, x * cos + xp * sin, x * cos - xp * sin)
+    if GATHER:
+        partner = offs - gl.expand_dims(cols, 0) + gl.expand_dims(cols ^ 1, 0)
+        xp = gl.load(X + partner, mask=mask, other=0.0).to(gl.float32)
+        sin, cos = _sin_cos(SIN, start, n, stride_st, cols, lay, HALF)
+        odd = gl.expand_dims((cols & 1) == 1, 0)
+        xr = gl.where(odd, x * cos + xp * sin, x * cos - xp * sin)
+    else:
+        x0, x1 = gl.split(gl.reshape(x, [BLOCK, PANEL // 2, 2]))
+        sin, cos = _pair_sin_cos(SIN, start, n, stride_st, col0, x0, HALF)
+        xr = gl.reshape(gl.join(x0 * cos - x1 * sin, x1 * cos + x0 * sin), [BLOCK, PANEL])
+    return xr
 
 
 @gluon.jit
@@ -114,15 +136,7 @@ def _put(x, OUT, SIN, start, n, h, stride_t, stride_h, stride_st, col0, ROTATE: 
     in one thread's registers, so the rotation is a reshape and split."""
     if ROTATE:
         g0, g1 = gl.split(gl.reshape(x, [BLOCK, PANEL // 2, 2]))
-        pl: gl.constexpr = g0.type.layout
-        rows = gl.arange(0, BLOCK, layout=gl.SliceLayout(1, pl))
-        pair = col0 // 2 + gl.arange(0, PANEL // 2, layout=gl.SliceLayout(0, pl))
-        base = gl.expand_dims((start + rows).to(gl.int64) * stride_st, 1)
-        mask = gl.expand_dims(rows < n, 1) & gl.expand_dims(pair >= 0, 0)
-        sin = gl.load(SIN + base + gl.expand_dims(pair, 0), mask=mask, other=0.0)
-        cos = gl.load(SIN + base + HALF + gl.expand_dims(pair, 0), mask=mask, other=0.0)
-        sin = sin.to(gl.float32)
-        cos = cos.to(gl.float32)
+        sin, cos = _pair_sin_cos(SIN, start, n, stride_st, col0, g0, HALF)
         x = gl.reshape(gl.join(g0 * cos + g1 * sin, g1 * cos - g0 * sin), [BLOCK, PANEL])
     y = gl.convert_layout(x.to(OUT.dtype.element_ty), lay)
     offs, mask, _ = _grid(start, n, h, stride_t, stride_h, col0, lay)
@@ -138,7 +152,7 @@ def _bwd_rot_kernel(Q, K, V, DO, DQ, DK, DV, SIN, tile_start, tile_len, n_tiles,
                     stride_dot, stride_doh, stride_dqt, stride_dqh, stride_dkt, stride_dkh,
                     stride_dvt, stride_dvh, stride_st, qk_scale, sm_scale,
                     H: gl.constexpr, HEAD_DIM: gl.constexpr, ROTATE_V: gl.constexpr,
-                    IS_BF16: gl.constexpr, num_warps: gl.constexpr):
+                    IS_BF16: gl.constexpr, GATHER: gl.constexpr, num_warps: gl.constexpr):
     NP: gl.constexpr = HEAD_DIM // PANEL
     HALF: gl.constexpr = HEAD_DIM // 2
     dtype: gl.constexpr = Q.dtype.element_ty
@@ -161,11 +175,11 @@ def _bwd_rot_kernel(Q, K, V, DO, DQ, DK, DV, SIN, tile_start, tile_len, n_tiles,
         # q and k rotated and split once; dO as loaded
         for p in gl.static_range(NP):
             hi, lo = _split(_rotated(K, SIN, start, n, h, stride_kt, stride_kh, stride_st,
-                                     p * PANEL, r_l, HALF), dtype)
+                                     p * PANEL, r_l, HALF, GATHER), dtype)
             k_s.index(2 * p).store(hi)
             k_s.index(2 * p + 1).store(lo)
             hi, lo = _split(_rotated(Q, SIN, start, n, h, stride_qt, stride_qh, stride_st,
-                                     p * PANEL, r_l, HALF), dtype)
+                                     p * PANEL, r_l, HALF, GATHER), dtype)
             q_s.index(2 * p).store(hi)
             q_s.index(2 * p + 1).store(lo)
             offs, mask, _ = _grid(start, n, h, stride_dot, stride_doh, p * PANEL, r_l)
@@ -182,21 +196,25 @@ def _bwd_rot_kernel(Q, K, V, DO, DQ, DK, DV, SIN, tile_start, tile_len, n_tiles,
         st = gl.where(valid, st * qk_scale, float("-inf"))  # log2 domain
         pt = gl.exp2(st - gl.expand_dims(gl.max(st, axis=0), 0))
         pt = pt / gl.expand_dims(gl.sum(pt, axis=0), 0)
-        # dP^T = (V - m) dO^T, V's halves formed straight into A-operand registers, panel by panel
+        # dP^T = (V - m) dO^T, V's halves as A-operand registers, panel by panel. GATHER: formed
+        # in that layout; else loaded row-contiguous and their halves converted to it.
+        v_l: gl.constexpr = a_l if GATHER else r_l
         dpt = gl.zeros([BLOCK, BLOCK], gl.float32, acc_l)
         for p in gl.static_range(NP):
             if ROTATE_V:
                 vr = _rotated(V, SIN, start, n, h, stride_vt, stride_vh, stride_st, p * PANEL,
-                              a_l, HALF)
+                              v_l, HALF, GATHER)
                 m = gl.sum(vr, axis=0) / gl.maximum(n, 1).to(gl.float32)  # padded rows are 0
-                rows = gl.arange(0, BLOCK, layout=gl.SliceLayout(1, a_l))
+                rows = gl.arange(0, BLOCK, layout=gl.SliceLayout(1, vr.type.layout))
                 vc = gl.where(gl.expand_dims(rows < n, 1), vr - gl.expand_dims(m, 0), 0.0)
             else:  # plain V minus its block's first row (padded rows become -row0, finite)
-                offs, mask, cols = _grid(start, n, h, stride_vt, stride_vh, p * PANEL, a_l)
+                offs, mask, cols = _grid(start, n, h, stride_vt, stride_vh, p * PANEL, v_l)
                 v = gl.load(V + offs, mask=mask, other=0.0).to(gl.float32)
                 row0 = gl.load(V + start.to(gl.int64) * stride_vt + h * stride_vh + cols)
                 vc = v - gl.expand_dims(row0.to(gl.float32), 0)
             vhi, vlo = _split(vc, dtype)
+            vhi = gl.convert_layout(vhi, a_l)
+            vlo = gl.convert_layout(vlo, a_l)
             dpt = warpgroup_mma(vlo, do_s.index(p).permute((1, 0)), dpt)
             dpt = warpgroup_mma(vhi, do_s.index(p).permute((1, 0)), dpt)
         # Di summed twice over each query's column (see attention.py), dS^T = P^T (dP^T - Di)
@@ -244,6 +262,7 @@ def _bwd_rot_kernel(Q, K, V, DO, DQ, DK, DV, SIN, tile_start, tile_len, n_tiles,
 # ----------------------------------------------------------------------------- eligibility
 
 HEAD_DIMS = (64, 128)
+GATHER = False  # how operands are loaded and rotated (see _rotated); A/B: ab_gluon_rotary.py
 CTAS_PER_SM = 2  # the design: two chains per SM, one per CTA (compile-check gates it)
 # Head dims this path is the default for under BLOCKATTN_KERNEL_PATH=auto, per GPU (a substring
 # of torch.cuda.get_device_name): entered only where a same-run device measurement showed it
@@ -284,9 +303,10 @@ def unsupported(q: Tensor, sinu_pos: Tensor | None, block_size: int, centred: bo
 
 def launch_bwd(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor, table: TileTable,
                sinu_pos: Tensor, scale: float, rotate_v: bool,
-               grads: tuple[Tensor, Tensor, Tensor]) -> tuple[Tensor, Tensor, Tensor]:
+               grads: tuple[Tensor, Tensor, Tensor],
+               gather: bool = GATHER) -> tuple[Tensor, Tensor, Tensor]:
     """(dq, dk, dv) into `grads`; inputs are eligible (unsupported() is None), last dims
-    contiguous."""
+    contiguous. `gather` picks how operands are loaded and rotated (see _rotated)."""
     _, H, D = q.shape
     dq, dk, dv = grads
     n_tiles = table.n_slots * H
@@ -298,6 +318,7 @@ def launch_bwd(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor, table: TileTab
         grad_out.stride(0), grad_out.stride(1), dq.stride(0), dq.stride(1),
         dk.stride(0), dk.stride(1), dv.stride(0), dv.stride(1), sinu_pos.stride(0),
         scale * LOG2E, scale,
-        H=H, HEAD_DIM=D, ROTATE_V=rotate_v, IS_BF16=q.dtype == torch.bfloat16, num_warps=4,
+        H=H, HEAD_DIM=D, ROTATE_V=rotate_v, IS_BF16=q.dtype == torch.bfloat16, GATHER=gather,
+        num_warps=4,
     )  # fmt: skip
     return dq, dk, dv

@@ -401,7 +401,7 @@ def _compile_gluon_rotary(variant: Variant, target: str, res: Result) -> Result:
             raise RuntimeError(f"{fn.__name__}: argument {name} unknown to compile-check")
     num_warps = 4
     constexprs = dict(H=N_HEADS, HEAD_DIM=variant.head_dim, ROTATE_V=variant.rotary == "rot",
-                      IS_BF16=variant.dtype == "bf16", num_warps=num_warps)
+                      IS_BF16=variant.dtype == "bf16", GATHER=GR.GATHER, num_warps=num_warps)
     src = GluonASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
     res.num_warps = num_warps
     kernel = _build(src, TARGETS[target], {"num_warps": num_warps}, res)

@@ -130,8 +130,8 @@ def _violations(q, k, v, do, sinu, off, rotate_v, got) -> dict[str, int]:
     tol = tolerances.load(tolerances.default_tolerance_dir() / "v5.toml")
     model = models.parse(name, tol.data["models"][name], name)
     dt = "bfloat16" if q.dtype == torch.bfloat16 else "float16"
-    ref = oracles.rotary_block_attention_backward(q, k, v, off, do, sinu_pos=sinu,
-                                                  rotate_v=rotate_v, block_size=64)
+    ref = oracles.rotary_block_attention_backward(q, k, v, off, sinu, do, rotate_v=rotate_v,
+                                                  block_size=64)
     (bnd,) = error_bound.attention_error_bounds(q, k, v, off, do, models=[model.resolve(dt)],
                                                sinu_pos=sinu, rotate_v=rotate_v, block_size=64)
     tmap = TokenMap(off, q.shape[0], 64, q.device)
