@@ -52,8 +52,7 @@ HEAD_DIMS = (64, 128)
 # "off": no sinu_pos; "rot": rotary on q, k and v (rotate_v=True); "rot-qk": rotate_v=False.
 ROTARY_MODES = ("off", "rot", "rot-qk")
 # hopper: the opt-in Triton TMA path, sm_90, 16-bit inputs only; gluon: the Gluon backward
-# (attention_gluon; with rotary, attention_gluon_rotary), sm_90, 16-bit; gluon2: the plain
-# two-chain kernel (_bwd_kernel_ws)
+# (attention_gluon), sm_90, 16-bit, no rotary; gluon2: its two-chain kernel (_bwd_kernel_ws)
 PATHS = ("portable", "hopper", "gluon", "gluon2")
 TMA_OPCODE = "cp.async.bulk.tensor"
 TARGETS = {"sm_90": 90, "sm_100": 100}
@@ -121,8 +120,7 @@ def all_variants() -> list[Variant]:
         for d in HEAD_DIMS
         for r in ROTARY_MODES
         if not (p == "hopper" and dt == "fp32")  # the Hopper path takes 16-bit inputs only
-        and not (p.startswith("gluon") and (k != "bwd" or dt == "fp32"))
-        and not (p == "gluon2" and r != "off")
+        and not (p.startswith("gluon") and (k != "bwd" or dt == "fp32" or r != "off"))
     ]
 
 
@@ -320,8 +318,6 @@ def _compile_gluon(variant: Variant, target: str, res: Result) -> Result:
 
     from blockattn.kernels import attention_gluon as G
 
-    if variant.rotary != "off":
-        return _compile_gluon_rotary(variant, target, res)
     two = variant.path == "gluon2"
     fn = G._bwd_kernel_ws if two else G._bwd_kernel
     gdt = {"bf16": gl.bfloat16, "fp16": gl.float16}[variant.dtype]
@@ -370,54 +366,6 @@ def _compile_gluon(variant: Variant, target: str, res: Result) -> Result:
     want = 1 if two else G.PROGRAMS_PER_SM[variant.head_dim]
     if res.ctas_per_sm < want:
         res.failures.append(f"{res.ctas_per_sm} CTAs fit per SM; its launch puts {want}")
-    return res
-
-
-def _compile_gluon_rotary(variant: Variant, target: str, res: Result) -> Result:
-    """The fused-rotary Gluon backward (attention_gluon_rotary): plain masked loads (no TMA),
-    spills gated at 0 B, two CTAs per SM (its design: one chain each)."""
-    from triton.experimental.gluon._runtime import GluonASTSource
-
-    from blockattn.kernels import attention_gluon_rotary as GR
-
-    fn = GR._bwd_rot_kernel
-    signature: dict[str, str] = {}
-    attrs: dict[tuple[int, ...], list[list[Any]]] = {}
-    for i, p in enumerate(fn.params):
-        name = p.name
-        if p.is_constexpr:
-            signature[name] = "constexpr"
-        elif name in _PTR_ARGS:
-            signature[name] = {"SIN": "*fp32", "tile_start": "*i64", "tile_len": "*i32"}.get(
-                name, f"*{variant.dtype}")
-            attrs[(i,)] = [["tt.divisibility", 16]]
-        elif name.startswith(_STRIDE_PREFIX) or name == "n_tiles":
-            signature[name] = "i32"
-            if name.startswith(_STRIDE_PREFIX):
-                attrs[(i,)] = [["tt.divisibility", 16]]
-        elif name in _FLOAT_ARGS:
-            signature[name] = "fp32"
-        else:
-            raise RuntimeError(f"{fn.__name__}: argument {name} unknown to compile-check")
-    num_warps = 4
-    constexprs = dict(H=N_HEADS, HEAD_DIM=variant.head_dim, ROTATE_V=variant.rotary == "rot",
-                      IS_BF16=variant.dtype == "bf16", GATHER=GR.GATHER, num_warps=num_warps)
-    src = GluonASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
-    res.num_warps = num_warps
-    kernel = _build(src, TARGETS[target], {"num_warps": num_warps}, res)
-    res.mma_counts = count_mma(kernel.asm["ptx"])
-    n_mma = res.mma_counts[MMA_OPCODE[90]]
-    res.mma = f"{MMA_OPCODE[90]} x{n_mma}" if n_mma else "MISSING"
-    if not n_mma:
-        res.failures.append(f"no {MMA_OPCODE[90]} in the PTX")
-    if max(res.spill_stores or 0, res.spill_loads or 0) > 0:
-        res.failures.append(f"spills: {res.spill_stores} B stores, {res.spill_loads} B loads "
-                            f"({res.registers} registers; accepted: 0 B)")
-    if res.smem + res.static_smem > MAX_SMEM_PER_CTA:
-        res.failures.append(f"shared memory {res.smem} B > {MAX_SMEM_PER_CTA} B per CTA")
-    if res.ctas_per_sm < GR.CTAS_PER_SM:
-        res.failures.append(f"{res.ctas_per_sm} CTAs fit per SM; its design needs "
-                            f"{GR.CTAS_PER_SM}")
     return res
 
 

@@ -1,6 +1,5 @@
 """Which kernel path runs a launch: the portable kernels (`attention.py`), the opt-in Hopper
-TMA path (`attention_hopper.py`) or the Gluon backwards (`attention_gluon.py`, and
-`attention_gluon_rotary.py` for fused rotary). It sits above
+TMA path (`attention_hopper.py`) or the Gluon backward (`attention_gluon.py`). It sits above
 them, so no path imports another's launcher; ops, the bench and the tools launch through
 `attention_fwd` / `attention_bwd` here."""
 
@@ -18,9 +17,8 @@ from blockattn.kernels.tiles import TileTable
 
 try:  # written against triton 3.6's Gluon Hopper API; another triton may lack it
     from blockattn.kernels import attention_gluon as G
-    from blockattn.kernels import attention_gluon_rotary as GR
 except ImportError as exc:
-    G = GR = None
+    G = None
     _NO_GLUON = f"this triton's Gluon lacks what the path uses ({exc})"
 
 
@@ -47,24 +45,20 @@ def gluon_bwd(q: Tensor, sinu_pos: Tensor | None, block_size: int, centred: bool
     the whole suite against it). Unset or "auto" takes it on sm_90 for the head dims in
     attention_gluon.configs() (CONFIGS and GPU_CONFIGS: entered where the device measured it
     faster) wherever it can run; attention_gluon.chains() then picks its one- or two-chain
-    kernel (BLOCKATTN_GLUON_CHAINS overrides). With sinu_pos, the fused-rotary Gluon backward
-    (attention_gluon_rotary, its configs()) is the one taken, under the same rules.
+    kernel (BLOCKATTN_GLUON_CHAINS overrides).
     Gluon has no interpreter: under TRITON_INTERPRET=1 it never runs (forced: an error).
     """
     want = _wanted()
     if want not in ("auto", "gluon", "prefer-gluon"):
         return False
-    rotary = sinu_pos is not None
-    if want == "auto" and (INTERPRET or G is None or q.shape[2] not in (
-            GR.configs(q.device) if rotary else G.configs(q.device))):
+    if want == "auto" and (INTERPRET or G is None or q.shape[2] not in G.configs(q.device)):
         return False  # no measured config: skip the checks below on every launch
-    path = GR if rotary else G
-    why = _NO_GLUON if path is None else path.unsupported(q, sinu_pos, block_size, centred)
+    why = _NO_GLUON if G is None else G.unsupported(q, sinu_pos, block_size, centred)
     if why is None and INTERPRET:
         why = "Gluon kernels have no interpreter (TRITON_INTERPRET=1)"
     elif why is None and not _on_sm90(q):
         why = "it needs an sm_90 GPU"
-    elif why is None and not rotary and not AH.eligible(*tensors):  # rotary loads without TMA
+    elif why is None and not AH.eligible(*tensors):
         why = "TMA needs 16-byte aligned, head-packed (T, H, D) tensors with unit stride along D"
     if why and want == "gluon":
         raise RuntimeError(f"BLOCKATTN_KERNEL_PATH=gluon cannot run this backward: {why}")
@@ -125,8 +119,6 @@ def attention_bwd(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor, table: Tile
     if grads is None:
         grads = tuple(torch.empty(q.shape, dtype=q.dtype, device=q.device) for _ in range(3))
     if gluon_bwd(q, sinu_pos, block_size, centred, (q, k, v, grad_out, *grads)):
-        if sinu_pos is not None:
-            return GR.launch_bwd(q, k, v, grad_out, table, sinu_pos, scale, rotate_v, grads)
         return G.launch_bwd(q, k, v, grad_out, grads, table, scale)
     if kernel_path("bwd", q, sinu_pos, (q, k, v, grad_out)) == "hopper":
         return AH.launch_bwd(q, k, v, grad_out, grads, table, sinu_pos, scale, block_size,
