@@ -31,11 +31,20 @@ def _env() -> dict[str, str]:
     return env
 
 
+def _sigint_default() -> None:
+    # A suite launched in the background (`cmd &` in a script, no job control) runs with SIGINT
+    # ignored, children inherit that, and Python then installs no KeyboardInterrupt handler: the
+    # child would finish and exit 0 under the signal (seen: a CI launched with `&` failed these
+    # tests). Restore the default in the child so it meets SIGINT as a terminal user's would.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start(out: Path, max_cases: int, *extra: str) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "blockattn", "run", "--out", str(out)]
     cmd += ["--max-cases", str(max_cases), *RUN_ARGS, *extra]
     return subprocess.Popen(
-        cmd, cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        cmd, cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=_sigint_default,
     )
 
 
@@ -128,7 +137,8 @@ def test_sigint_in_gate_is_one_line_and_its_resume_command_works(tmp_path: Path)
     cmd = [sys.executable, "-m", "blockattn", "gate", "--tolerances", "v4", "--out", str(out),
            "--max-cases", "3", "--no-contract", "--no-progress"]  # fmt: skip
     proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_sigint_default)  # fmt: skip
     _wait_for_lines(proc, out, 1)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
