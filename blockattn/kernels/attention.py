@@ -36,7 +36,6 @@ from blockattn.kernels.tile_math import (
     INTERPRET,
     LOG2E,
     _bwd_body,
-    _dq_body,
     _flags,
     _fwd_out,
     _fwd_probs,
@@ -108,60 +107,53 @@ def _fwd_kernel(Q, K, V, O, SIN, tile_start, tile_len, n_tiles, n_programs, tile
 
 
 @triton.jit
-def _bwd_tile(h, start, n, Q, K, V, DO, DQ, DK, DV, SIN, DS,
+def _bwd_tile(h, start, n, Q, K, V, DO, DQ, DK, DV, SIN,
               stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
               stride_dot, stride_doh, stride_dqt, stride_dqh, stride_dkt, stride_dkh,
-              stride_dvt, stride_dvh, stride_dst, stride_dsh, stride_st, qk_scale, sm_scale,
+              stride_dvt, stride_dvh, stride_st, qk_scale, sm_scale,
               HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr,
               ROTARY: tl.constexpr, ROTATE_V: tl.constexpr, SPLIT: tl.constexpr,
               IS_BF16: tl.constexpr, IEEE: tl.constexpr, INTERPRET: tl.constexpr,
-              CENTRED: tl.constexpr, PASS: tl.constexpr):
-    # PASS 0: the whole backward; 1: dV, dK and dS (to DS); 2: dQ from DS (see launch_bwd).
+              CENTRED: tl.constexpr):
+    q = _load(_tile(Q, start, n, h, stride_qt, stride_qh, BLOCK, HEAD_DIM))
     k = _load(_tile(K, start, n, h, stride_kt, stride_kh, BLOCK, HEAD_DIM))
-    if PASS == 2:
-        _dq_body(k, h, start, n, DS, DQ, SIN, stride_dst, stride_dsh, stride_dqt, stride_dqh,
-                 stride_st, sm_scale, HEAD_DIM, BLOCK, ROTARY, SPLIT, IS_BF16, IEEE, INTERPRET,
-                 CENTRED)
-    else:
-        q = _load(_tile(Q, start, n, h, stride_qt, stride_qh, BLOCK, HEAD_DIM))
-        v = _load(_tile(V, start, n, h, stride_vt, stride_vh, BLOCK, HEAD_DIM))
-        do = _load(_tile(DO, start, n, h, stride_dot, stride_doh, BLOCK, HEAD_DIM))
-        _bwd_body(q, k, v, do, h, start, n, V, DQ, DK, DV, SIN, DS, stride_vt, stride_vh,
-                  stride_dqt, stride_dqh, stride_dkt, stride_dkh, stride_dvt, stride_dvh,
-                  stride_dst, stride_dsh, stride_st, qk_scale, sm_scale,
-                  HEAD_DIM, BLOCK, ROTARY, ROTATE_V, SPLIT, IS_BF16, IEEE, INTERPRET, CENTRED,
-                  PASS == 1)
+    v = _load(_tile(V, start, n, h, stride_vt, stride_vh, BLOCK, HEAD_DIM))
+    do = _load(_tile(DO, start, n, h, stride_dot, stride_doh, BLOCK, HEAD_DIM))
+    _bwd_body(q, k, v, do, h, start, n, V, DQ, DK, DV, SIN, stride_vt, stride_vh,
+              stride_dqt, stride_dqh, stride_dkt, stride_dkh, stride_dvt, stride_dvh,
+              stride_st, qk_scale, sm_scale,
+              HEAD_DIM, BLOCK, ROTARY, ROTATE_V, SPLIT, IS_BF16, IEEE, INTERPRET, CENTRED)
 
 
 @triton.jit
-def _bwd_kernel(Q, K, V, DO, DQ, DK, DV, SIN, DS,
+def _bwd_kernel(Q, K, V, DO, DQ, DK, DV, SIN,
                 tile_start, tile_len, n_tiles, n_programs, tiles_per_program,
                 stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
                 stride_dot, stride_doh, stride_dqt, stride_dqh, stride_dkt, stride_dkh,
-                stride_dvt, stride_dvh, stride_dst, stride_dsh, stride_st, qk_scale, sm_scale,
+                stride_dvt, stride_dvh, stride_st, qk_scale, sm_scale,
                 H: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr,
                 ROTARY: tl.constexpr, ROTATE_V: tl.constexpr, SPLIT: tl.constexpr,
                 IS_BF16: tl.constexpr, IEEE: tl.constexpr, INTERPRET: tl.constexpr,
-                PERSISTENT: tl.constexpr, CENTRED: tl.constexpr, PASS: tl.constexpr):
+                PERSISTENT: tl.constexpr, CENTRED: tl.constexpr):
     pid = tl.program_id(0)
     if PERSISTENT:  # branch-free, as in _fwd_kernel
         for i in tl.range(0, tiles_per_program):
             h, start, n = _tile_at(pid + i * n_programs, tile_start, tile_len, n_tiles, H)
-            _bwd_tile(h, start, n, Q, K, V, DO, DQ, DK, DV, SIN, DS,
+            _bwd_tile(h, start, n, Q, K, V, DO, DQ, DK, DV, SIN,
                       stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
                       stride_dot, stride_doh, stride_dqt, stride_dqh, stride_dkt, stride_dkh,
-                      stride_dvt, stride_dvh, stride_dst, stride_dsh, stride_st, qk_scale,
-                      sm_scale, HEAD_DIM, BLOCK, ROTARY, ROTATE_V, SPLIT, IS_BF16, IEEE,
-                      INTERPRET, CENTRED, PASS)
+                      stride_dvt, stride_dvh, stride_st, qk_scale, sm_scale,
+                      HEAD_DIM, BLOCK, ROTARY, ROTATE_V, SPLIT, IS_BF16, IEEE, INTERPRET,
+                      CENTRED)
     else:
         h, start, n = _tile_at(pid, tile_start, tile_len, n_tiles, H)
         if n > 0:
-            _bwd_tile(h, start, n, Q, K, V, DO, DQ, DK, DV, SIN, DS,
+            _bwd_tile(h, start, n, Q, K, V, DO, DQ, DK, DV, SIN,
                       stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
                       stride_dot, stride_doh, stride_dqt, stride_dqh, stride_dkt, stride_dkh,
-                      stride_dvt, stride_dvh, stride_dst, stride_dsh, stride_st, qk_scale,
-                      sm_scale, HEAD_DIM, BLOCK, ROTARY, ROTATE_V, SPLIT, IS_BF16, IEEE,
-                      INTERPRET, CENTRED, PASS)
+                      stride_dvt, stride_dvh, stride_st, qk_scale, sm_scale,
+                      HEAD_DIM, BLOCK, ROTARY, ROTATE_V, SPLIT, IS_BF16, IEEE, INTERPRET,
+                      CENTRED)
 
 # ----------------------------------------------------------------------------- launchers
 
@@ -177,9 +169,6 @@ class LaunchConfig:
     # Spill bytes (stores or loads, per ptxas) compile-check accepts for this config: nonzero only
     # where a register cap was measured faster despite its spills (see CONFIGS).
     accepted_spill_bytes: int = 0
-    # Backward only: two launches, the first dV, dK and dS (stored fp32), the second dQ = dS K
-    # (see launch_bwd). Fewer registers live per launch at the cost of dS's round trip.
-    two_pass: bool = False
 
 
 # Chosen on an H200 by benchmarks/tune.py; keys: (kernel, rotary, head_dim).
@@ -246,25 +235,11 @@ def launch_fwd(q: Tensor, k: Tensor, v: Tensor, table: TileTable, sinu_pos: Tens
     return o
 
 
-def ds_buffer(dq: Tensor, block: int) -> Tensor:
-    """(T, H, block) fp32 rows for a two-pass backward's dS: dq's own memory where a dS row fits
-    a dq row exactly (D = 128 in 16 bits: each tile's dS rows are read back by the launch that
-    then overwrites them with dQ, and tiles never share rows), else a new buffer."""
-    T, H, D = dq.shape
-    if dq.element_size() * D == 4 * block and dq.stride(2) == 1:
-        try:
-            return dq.view(torch.float32)
-        except RuntimeError:  # odd strides or offset: fall through
-            pass
-    return torch.empty((T, H, block), dtype=torch.float32, device=dq.device)
-
-
 def launch_bwd(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor, table: TileTable,
                sinu_pos: Tensor | None, scale: float, block_size: int, rotate_v: bool,
-               grads: tuple[Tensor, Tensor, Tensor], centred: bool = True,
-               two_pass: bool | None = None) -> tuple[Tensor, Tensor, Tensor]:
-    """The portable backward kernel: one launch, or two where the config says (two_pass
-    overrides it, for A/B runs): dV, dK and dS first, then dQ = dS K from the stored dS."""
+               grads: tuple[Tensor, Tensor, Tensor],
+               centred: bool = True) -> tuple[Tensor, Tensor, Tensor]:
+    """The portable backward kernel."""
     _, H, D = q.shape
     dq, dk, dv = grads
     cfg = launch_config("bwd", sinu_pos is not None, D, q.dtype)
@@ -273,20 +248,15 @@ def launch_bwd(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor, table: TileTab
     if grid == 0:
         return dq, dk, dv
     sin = sinu_pos if sinu_pos is not None else q
-    block = block_rows(block_size)
-    two = cfg.two_pass if two_pass is None else two_pass
-    ds = ds_buffer(dq, block) if two else dq  # dq: a dummy pointer when DS is unused
-    for pass_ in (1, 2) if two else (0,):
-        _bwd_kernel[(grid,)](
-            q, k, v, grad_out, dq, dk, dv, sin, ds,
-            table.start, table.length, n_tiles, grid, triton.cdiv(n_tiles, grid),
-            q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
-            grad_out.stride(0), grad_out.stride(1), dq.stride(0), dq.stride(1),
-            dk.stride(0), dk.stride(1), dv.stride(0), dv.stride(1),
-            ds.stride(0) if two else 0, ds.stride(1) if two else 0, sin.stride(0),
-            scale * LOG2E, scale,
-            H=H, HEAD_DIM=D, BLOCK=block,
-            num_warps=cfg.num_warps, num_stages=cfg.num_stages, maxnreg=cfg.maxnreg,
-            PERSISTENT=grid < n_tiles, PASS=pass_, **_flags(q, sinu_pos, rotate_v, centred),
-        )  # fmt: skip
+    _bwd_kernel[(grid,)](
+        q, k, v, grad_out, dq, dk, dv, sin,
+        table.start, table.length, n_tiles, grid, triton.cdiv(n_tiles, grid),
+        q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
+        grad_out.stride(0), grad_out.stride(1), dq.stride(0), dq.stride(1),
+        dk.stride(0), dk.stride(1), dv.stride(0), dv.stride(1), sin.stride(0),
+        scale * LOG2E, scale,
+        H=H, HEAD_DIM=D, BLOCK=block_rows(block_size),
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages, maxnreg=cfg.maxnreg,
+        PERSISTENT=grid < n_tiles, **_flags(q, sinu_pos, rotate_v, centred),
+    )  # fmt: skip
     return dq, dk, dv

@@ -116,11 +116,10 @@ def _bwd_kernel_tma(q_desc, k_desc, v_desc, do_desc, V, DQ, DK, DV, SIN,
         k = _tma_tile(k_desc, start, n, h, HEAD_DIM, BLOCK)
         v = _tma_tile(v_desc, start, n, h, HEAD_DIM, BLOCK)
         do = _tma_tile(do_desc, start, n, h, HEAD_DIM, BLOCK)
-        _bwd_body(q, k, v, do, h, start, n, V, DQ, DK, DV, SIN, DQ, stride_vt, stride_vh,
+        _bwd_body(q, k, v, do, h, start, n, V, DQ, DK, DV, SIN, stride_vt, stride_vh,
                   stride_dqt, stride_dqh, stride_dkt, stride_dkh, stride_dvt, stride_dvh,
-                  0, 0, stride_st, qk_scale, sm_scale,
-                  HEAD_DIM, BLOCK, ROTARY, ROTATE_V, SPLIT, IS_BF16, IEEE, INTERPRET, CENTRED,
-                  False)
+                  stride_st, qk_scale, sm_scale,
+                  HEAD_DIM, BLOCK, ROTARY, ROTATE_V, SPLIT, IS_BF16, IEEE, INTERPRET, CENTRED)
 
 
 # ----------------------------------------------------------------------------- eligibility

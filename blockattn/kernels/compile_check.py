@@ -65,7 +65,7 @@ SMEM_PER_SM = 233472
 REGS_PER_SM = 65536
 MAX_THREADS_PER_SM = 2048
 
-_PTR_ARGS = {"Q", "K", "V", "O", "DO", "DQ", "DK", "DV", "SIN", "DS", "tile_start", "tile_len"}
+_PTR_ARGS = {"Q", "K", "V", "O", "DO", "DQ", "DK", "DV", "SIN", "tile_start", "tile_len"}
 _FLOAT_ARGS = {"qk_scale", "sm_scale"}
 # Runtime ints the JIT sees as multiples of 16 for contiguous (T, H, D) inputs (H*D, D): with
 # 16-byte aligned pointers it specialises them with tt.divisibility=16, as we do here.
@@ -239,8 +239,6 @@ def _compile_one(variant: Variant, target: str) -> Result:
     else:
         cfg = A.launch_config(variant.kernel, variant.rotary != "off", variant.head_dim, dtype)
         constexprs["PERSISTENT"] = cfg.programs_per_sm > 0  # what a launch at shape P builds
-        if variant.kernel == "bwd":  # a two-pass config's first launch (the one that spills)
-            constexprs["PASS"] = 1 if cfg.two_pass else 0
     signature: dict[str, str] = {}
     attrs: dict[tuple[int, ...], list[list[Any]]] = {}
     for i, p in enumerate(fn.params):
@@ -254,8 +252,6 @@ def _compile_one(variant: Variant, target: str) -> Result:
         elif name in _PTR_ARGS:
             if name == "SIN":
                 signature[name] = "*fp32" if sinu is not None else f"*{tl_dtype}"
-            elif name == "DS":  # a two-pass backward's fp32 dS rows, else a dummy (dq)
-                signature[name] = "*fp32" if constexprs.get("PASS") else f"*{tl_dtype}"
             elif name == "tile_start":
                 signature[name] = "*i64"
             elif name == "tile_len":

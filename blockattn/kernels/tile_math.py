@@ -282,38 +282,15 @@ def _fwd_out(p, v, h, start, n, O, SIN, stride_ot, stride_oh, stride_st,
 
 
 @triton.jit
-def _ds_halves(ds, sm_scale, DT: tl.constexpr, SPLIT: tl.constexpr, CENTRED: tl.constexpr,
-               IS_BF16: tl.constexpr, INTERPRET: tl.constexpr):
-    """dS (fp32) as hi/lo MMA operand halves in DT, and the scale its products are stored at."""
-    if SPLIT:
-        if CENTRED and not IS_BF16:
-            # fp16: where dS is small (as it is when dP - Di is) its lo half falls below fp16's
-            # normal range and loses its bits. Split dS at a power-of-two scale that puts the
-            # tile's max |dS| at 2^14, and fold the inverse (exact) into the store scale.
-            ds_up, ds_down = _pow2_scale(tl.max(tl.max(tl.abs(ds), axis=1, keep_dims=True),
-                                                axis=0, keep_dims=True), 14)
-            ds = ds * ds_up
-            sm_scale = sm_scale * ds_down
-        ds_hi, ds_lo = _split(ds, DT, IS_BF16, INTERPRET)
-    else:
-        ds_hi = ds.to(DT)
-        ds_lo = ds_hi
-    return ds_hi, ds_lo, sm_scale
-
-
-@triton.jit
-def _bwd_body(q, k, v, do, h, start, n, V, DQ, DK, DV, SIN, DS, stride_vt, stride_vh,
+def _bwd_body(q, k, v, do, h, start, n, V, DQ, DK, DV, SIN, stride_vt, stride_vh,
               stride_dqt, stride_dqh, stride_dkt, stride_dkh, stride_dvt, stride_dvh,
-              stride_dst, stride_dsh, stride_st, qk_scale, sm_scale,
+              stride_st, qk_scale, sm_scale,
               HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr,
               ROTARY: tl.constexpr, ROTATE_V: tl.constexpr, SPLIT: tl.constexpr,
               IS_BF16: tl.constexpr, IEEE: tl.constexpr, INTERPRET: tl.constexpr,
-              CENTRED: tl.constexpr, TWO_PASS: tl.constexpr):
+              CENTRED: tl.constexpr):
     """The backward of one tile from its loaded q, k, v, dO (rows >= n zero); V is re-read only
-    for its first row (centred plain V). Also the body of the Hopper TMA kernel.
-
-    TWO_PASS: dV and dK only; dS (fp32, rows < n) goes to DS for _dq_body's second launch.
-    """
+    for its first row (centred plain V). Also the body of the Hopper TMA kernel."""
     HALF: tl.constexpr = HEAD_DIM // 2
     QK_LO: tl.constexpr = ROTARY and SPLIT
     V_LO: tl.constexpr = (ROTATE_V or CENTRED) and SPLIT
@@ -362,41 +339,27 @@ def _bwd_body(q, k, v, do, h, start, n, V, DQ, DK, DV, SIN, DS, stride_vt, strid
         acc = _mma(tl.trans(p.to(q.dtype)), do, acc, IEEE, INTERPRET)
     _store(_tile(DV, start, n, h, stride_dvt, stride_dvh, BLOCK, HEAD_DIM), acc, SIN, start, n,
            stride_st, ROTATE_V, IS_BF16, BLOCK, HALF, INTERPRET)
-    if TWO_PASS:
-        ds_ptrs, ds_mask = _tile(DS, start, n, h, stride_dst, stride_dsh, BLOCK, BLOCK)
-        tl.store(ds_ptrs, ds, mask=ds_mask)
-    ds_hi, ds_lo, sm_scale = _ds_halves(ds, sm_scale, q.dtype, SPLIT, CENTRED, IS_BF16,
-                                        INTERPRET)
-    if not TWO_PASS:
-        acc = tl.zeros((BLOCK, HEAD_DIM), dtype=tl.float32)
-        acc = _mma_split(ds_hi, ds_lo, k_hi, k_lo, acc, SPLIT, QK_LO, IEEE, INTERPRET)
-        _store(_tile(DQ, start, n, h, stride_dqt, stride_dqh, BLOCK, HEAD_DIM), acc * sm_scale,
-               SIN, start, n, stride_st, ROTARY, IS_BF16, BLOCK, HALF, INTERPRET)
+    if SPLIT:
+        if CENTRED and not IS_BF16:
+            # fp16: where dS is small (as it is when dP - Di is) its lo half falls below fp16's
+            # normal range and loses its bits. Split dS at a power-of-two scale that puts the
+            # tile's max |dS| at 2^14, and fold the inverse (exact) into the store scale.
+            ds_up, ds_down = _pow2_scale(tl.max(tl.max(tl.abs(ds), axis=1, keep_dims=True),
+                                                axis=0, keep_dims=True), 14)
+            ds = ds * ds_up
+            sm_scale = sm_scale * ds_down
+        ds_hi, ds_lo = _split(ds, q.dtype, IS_BF16, INTERPRET)
+    else:
+        ds_hi = ds.to(q.dtype)
+        ds_lo = ds_hi
+    acc = tl.zeros((BLOCK, HEAD_DIM), dtype=tl.float32)
+    acc = _mma_split(ds_hi, ds_lo, k_hi, k_lo, acc, SPLIT, QK_LO, IEEE, INTERPRET)
+    _store(_tile(DQ, start, n, h, stride_dqt, stride_dqh, BLOCK, HEAD_DIM), acc * sm_scale,
+           SIN, start, n, stride_st, ROTARY, IS_BF16, BLOCK, HALF, INTERPRET)
     acc = tl.zeros((BLOCK, HEAD_DIM), dtype=tl.float32)
     acc = _mma_split(tl.trans(ds_hi), tl.trans(ds_lo), q_hi, q_lo, acc, SPLIT, QK_LO, IEEE,
                      INTERPRET)
     _store(_tile(DK, start, n, h, stride_dkt, stride_dkh, BLOCK, HEAD_DIM), acc * sm_scale,
-           SIN, start, n, stride_st, ROTARY, IS_BF16, BLOCK, HALF, INTERPRET)
-
-
-@triton.jit
-def _dq_body(k, h, start, n, DS, DQ, SIN, stride_dst, stride_dsh, stride_dqt, stride_dqh,
-             stride_st, sm_scale, HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr,
-             ROTARY: tl.constexpr, SPLIT: tl.constexpr, IS_BF16: tl.constexpr,
-             IEEE: tl.constexpr, INTERPRET: tl.constexpr, CENTRED: tl.constexpr):
-    """The second launch of a TWO_PASS backward: dQ = dS K of one tile from its loaded k and the
-    dS the first launch stored. The same operands and MMAs in the same order as _bwd_body's
-    one-launch dQ: the same bits."""
-    HALF: tl.constexpr = HEAD_DIM // 2
-    QK_LO: tl.constexpr = ROTARY and SPLIT
-    ds = _load(_tile(DS, start, n, h, stride_dst, stride_dsh, BLOCK, BLOCK))
-    k_hi, k_lo = _operand(k, SIN, start, n, stride_st, ROTARY, SPLIT, IS_BF16,
-                          BLOCK, HALF, INTERPRET)
-    ds_hi, ds_lo, sm_scale = _ds_halves(ds, sm_scale, k.dtype, SPLIT, CENTRED, IS_BF16,
-                                        INTERPRET)
-    acc = tl.zeros((BLOCK, HEAD_DIM), dtype=tl.float32)
-    acc = _mma_split(ds_hi, ds_lo, k_hi, k_lo, acc, SPLIT, QK_LO, IEEE, INTERPRET)
-    _store(_tile(DQ, start, n, h, stride_dqt, stride_dqh, BLOCK, HEAD_DIM), acc * sm_scale,
            SIN, start, n, stride_st, ROTARY, IS_BF16, BLOCK, HALF, INTERPRET)
 
 
