@@ -1,11 +1,13 @@
 """Launch each blockattn kernel once at a mid-size shape, for Nsight Compute.
 
     ncu --set detailed -k regex:_bwd_kernel python benchmarks/ncu_kernels.py [--shape-p] [--plain]
+        [--rotary]
 
 B=256, max_len=1024, sparsity 0.7 (~79 k tokens, ~1230 tiles of 64 x 4 heads: many waves on a
 132-SM GPU, so per-kernel ratios are those of shape P) with H=4, D=128, bf16. --shape-p runs
 shape P itself (B=1152, max_len=4096: the persistent Gluon kernels' steady state, ~700 tiles per
-SM); --plain skips the rotary launches.
+SM); --plain skips the rotary launches; --rotary runs only the portable rotary backward
+(attention.launch_bwd: the default rotary path, whatever the GPU).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import sys
 import torch
 
 from blockattn.cases.generate import make_case
-from blockattn.kernels import dispatch
+from blockattn.kernels import attention, dispatch
 from blockattn.kernels.tiles import build_tile_table
 
 
@@ -26,6 +28,12 @@ def main() -> None:
                      sparsity=0.7, H=4, D=128, dtype=torch.bfloat16, device="cuda", seed=3)
     table = build_tile_table(case.offsets, case.q.shape[0], 64)
     scale = 1 / math.sqrt(128)
+    if "--rotary" in sys.argv:
+        grads = tuple(torch.empty_like(case.q) for _ in range(3))
+        attention.launch_bwd(case.q, case.k, case.v, case.grad_out, table, case.sinu_pos, scale,
+                             64, True, grads)
+        torch.cuda.synchronize()
+        return
     for sinu in (None,) if "--plain" in sys.argv else (None, case.sinu_pos):
         dispatch.attention_fwd(case.q, case.k, case.v, table, sinu, scale, 64, True)
         dispatch.attention_bwd(case.q, case.k, case.v, case.grad_out, table, sinu, scale, 64, True)
