@@ -36,6 +36,7 @@ from blockattn.kernels.tile_math import (
     INTERPRET,
     LOG2E,
     _bwd_body,
+    _bwd_chunks,
     _flags,
     _fwd_out,
     _fwd_probs,
@@ -114,15 +115,22 @@ def _bwd_tile(h, start, n, Q, K, V, DO, DQ, DK, DV, SIN,
               HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr,
               ROTARY: tl.constexpr, ROTATE_V: tl.constexpr, SPLIT: tl.constexpr,
               IS_BF16: tl.constexpr, IEEE: tl.constexpr, INTERPRET: tl.constexpr,
-              CENTRED: tl.constexpr):
-    q = _load(_tile(Q, start, n, h, stride_qt, stride_qh, BLOCK, HEAD_DIM))
-    k = _load(_tile(K, start, n, h, stride_kt, stride_kh, BLOCK, HEAD_DIM))
-    v = _load(_tile(V, start, n, h, stride_vt, stride_vh, BLOCK, HEAD_DIM))
-    do = _load(_tile(DO, start, n, h, stride_dot, stride_doh, BLOCK, HEAD_DIM))
-    _bwd_body(q, k, v, do, h, start, n, V, DQ, DK, DV, SIN, stride_vt, stride_vh,
-              stride_dqt, stride_dqh, stride_dkt, stride_dkh, stride_dvt, stride_dvh,
-              stride_st, qk_scale, sm_scale,
-              HEAD_DIM, BLOCK, ROTARY, ROTATE_V, SPLIT, IS_BF16, IEEE, INTERPRET, CENTRED)
+              CENTRED: tl.constexpr, CHUNKS: tl.constexpr):
+    if ROTARY and SPLIT and CENTRED and CHUNKS > 1:  # the config's column chunks (_bwd_chunks)
+        _bwd_chunks(h, start, n, Q, K, V, DO, DQ, DK, DV, SIN,
+                    stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
+                    stride_dot, stride_doh, stride_dqt, stride_dqh, stride_dkt, stride_dkh,
+                    stride_dvt, stride_dvh, stride_st, qk_scale, sm_scale,
+                    HEAD_DIM, BLOCK, CHUNKS, ROTATE_V, IS_BF16, IEEE, INTERPRET)
+    else:
+        q = _load(_tile(Q, start, n, h, stride_qt, stride_qh, BLOCK, HEAD_DIM))
+        k = _load(_tile(K, start, n, h, stride_kt, stride_kh, BLOCK, HEAD_DIM))
+        v = _load(_tile(V, start, n, h, stride_vt, stride_vh, BLOCK, HEAD_DIM))
+        do = _load(_tile(DO, start, n, h, stride_dot, stride_doh, BLOCK, HEAD_DIM))
+        _bwd_body(q, k, v, do, h, start, n, V, DQ, DK, DV, SIN, stride_vt, stride_vh,
+                  stride_dqt, stride_dqh, stride_dkt, stride_dkh, stride_dvt, stride_dvh,
+                  stride_st, qk_scale, sm_scale,
+                  HEAD_DIM, BLOCK, ROTARY, ROTATE_V, SPLIT, IS_BF16, IEEE, INTERPRET, CENTRED)
 
 
 @triton.jit
@@ -134,7 +142,7 @@ def _bwd_kernel(Q, K, V, DO, DQ, DK, DV, SIN,
                 H: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr,
                 ROTARY: tl.constexpr, ROTATE_V: tl.constexpr, SPLIT: tl.constexpr,
                 IS_BF16: tl.constexpr, IEEE: tl.constexpr, INTERPRET: tl.constexpr,
-                PERSISTENT: tl.constexpr, CENTRED: tl.constexpr):
+                PERSISTENT: tl.constexpr, CENTRED: tl.constexpr, CHUNKS: tl.constexpr):
     pid = tl.program_id(0)
     if PERSISTENT:  # branch-free, as in _fwd_kernel
         for i in tl.range(0, tiles_per_program):
@@ -144,7 +152,7 @@ def _bwd_kernel(Q, K, V, DO, DQ, DK, DV, SIN,
                       stride_dot, stride_doh, stride_dqt, stride_dqh, stride_dkt, stride_dkh,
                       stride_dvt, stride_dvh, stride_st, qk_scale, sm_scale,
                       HEAD_DIM, BLOCK, ROTARY, ROTATE_V, SPLIT, IS_BF16, IEEE, INTERPRET,
-                      CENTRED)
+                      CENTRED, CHUNKS)
     else:
         h, start, n = _tile_at(pid, tile_start, tile_len, n_tiles, H)
         if n > 0:
@@ -153,7 +161,7 @@ def _bwd_kernel(Q, K, V, DO, DQ, DK, DV, SIN,
                       stride_dot, stride_doh, stride_dqt, stride_dqh, stride_dkt, stride_dkh,
                       stride_dvt, stride_dvh, stride_st, qk_scale, sm_scale,
                       HEAD_DIM, BLOCK, ROTARY, ROTATE_V, SPLIT, IS_BF16, IEEE, INTERPRET,
-                      CENTRED)
+                      CENTRED, CHUNKS)
 
 # ----------------------------------------------------------------------------- launchers
 
@@ -169,6 +177,9 @@ class LaunchConfig:
     # Spill bytes (stores or loads, per ptxas) compile-check accepts for this config: nonzero only
     # where a register cap was measured faster despite its spills (see CONFIGS).
     accepted_spill_bytes: int = 0
+    # Backward with fused rotary, 16-bit inputs: formed in this many column chunks of the head
+    # dim (_bwd_chunks); 1 = the whole tile at once (_bwd_body).
+    chunks: int = 1
 
 
 # Chosen on an H200 by benchmarks/tune.py; keys: (kernel, rotary, head_dim).
@@ -192,6 +203,7 @@ CONFIGS: dict[tuple[str, bool, int], LaunchConfig] = {
     ("fwd", False, 128): LaunchConfig(4, 1, 0, maxnreg=128),
     ("fwd", True, 64): LaunchConfig(4, 1, 0, maxnreg=128, accepted_spill_bytes=128),
     ("bwd", True, 64): LaunchConfig(4, 2, 0, maxnreg=168, accepted_spill_bytes=128),
+    ("bwd", True, 128): LaunchConfig(4, 2, 0, chunks=2),
 }
 
 
@@ -237,9 +249,9 @@ def launch_fwd(q: Tensor, k: Tensor, v: Tensor, table: TileTable, sinu_pos: Tens
 
 def launch_bwd(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor, table: TileTable,
                sinu_pos: Tensor | None, scale: float, block_size: int, rotate_v: bool,
-               grads: tuple[Tensor, Tensor, Tensor],
-               centred: bool = True) -> tuple[Tensor, Tensor, Tensor]:
-    """The portable backward kernel."""
+               grads: tuple[Tensor, Tensor, Tensor], centred: bool = True,
+               chunks: int | None = None) -> tuple[Tensor, Tensor, Tensor]:
+    """The portable backward kernel; `chunks` overrides the config's (A/B runs, tests)."""
     _, H, D = q.shape
     dq, dk, dv = grads
     cfg = launch_config("bwd", sinu_pos is not None, D, q.dtype)
@@ -257,6 +269,7 @@ def launch_bwd(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor, table: TileTab
         scale * LOG2E, scale,
         H=H, HEAD_DIM=D, BLOCK=block_rows(block_size),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, maxnreg=cfg.maxnreg,
-        PERSISTENT=grid < n_tiles, **_flags(q, sinu_pos, rotate_v, centred),
+        PERSISTENT=grid < n_tiles, CHUNKS=cfg.chunks if chunks is None else chunks,
+        **_flags(q, sinu_pos, rotate_v, centred),
     )  # fmt: skip
     return dq, dk, dv

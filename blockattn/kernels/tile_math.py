@@ -194,7 +194,13 @@ def _probs(q_hi, q_lo, k_hi, k_lo, n, qk_scale, LO: tl.constexpr, IEEE: tl.const
     """P = softmax over the n valid keys of scale * q k^T, normalised in fp32."""
     s = tl.zeros((BLOCK, BLOCK), dtype=tl.float32)
     s = _mma_split(q_hi, q_lo, tl.trans(k_hi), tl.trans(k_lo), s, LO, LO, IEEE, INTERPRET)
-    s = tl.where((tl.arange(0, BLOCK) < n)[None, :], s * qk_scale, float("-inf"))  # log2 domain
+    return _softmax(s, n, qk_scale, BLOCK)
+
+
+@triton.jit
+def _softmax(s, n, qk_scale, BLOCK: tl.constexpr):
+    """Softmax over the n valid keys of the scores s (scaled into the log2 domain), in fp32."""
+    s = tl.where((tl.arange(0, BLOCK) < n)[None, :], s * qk_scale, float("-inf"))
     m = tl.max(s, axis=1)
     p = tl.math.exp2(s - m[:, None])
     return p / tl.sum(p, axis=1)[:, None]
@@ -282,6 +288,34 @@ def _fwd_out(p, v, h, start, n, O, SIN, stride_ot, stride_oh, stride_st,
 
 
 @triton.jit
+def _ds(p, dp, CENTRED: tl.constexpr):
+    """dS = P (dP - Di), Di = rowsum(P dP); CENTRED sums Di in two passes (see _bwd_body)."""
+    if CENTRED:  # first pass of Di
+        dp = dp - tl.sum(p * dp, axis=1)[:, None]
+    return p * (dp - tl.sum(p * dp, axis=1)[:, None])  # padded rows: dO = 0, so dS = 0
+
+
+@triton.jit
+def _ds_halves(ds, sm_scale, DT: tl.constexpr, SPLIT: tl.constexpr, CENTRED: tl.constexpr,
+               IS_BF16: tl.constexpr, INTERPRET: tl.constexpr):
+    """dS (fp32) as hi/lo MMA operand halves in DT, and the scale its products are stored at."""
+    if SPLIT:
+        if CENTRED and not IS_BF16:
+            # fp16: where dS is small (as it is when dP - Di is) its lo half falls below fp16's
+            # normal range and loses its bits. Split dS at a power-of-two scale that puts the
+            # tile's max |dS| at 2^14, and fold the inverse (exact) into the store scale.
+            ds_up, ds_down = _pow2_scale(tl.max(tl.max(tl.abs(ds), axis=1, keep_dims=True),
+                                                axis=0, keep_dims=True), 14)
+            ds = ds * ds_up
+            sm_scale = sm_scale * ds_down
+        ds_hi, ds_lo = _split(ds, DT, IS_BF16, INTERPRET)
+    else:
+        ds_hi = ds.to(DT)
+        ds_lo = ds_hi
+    return ds_hi, ds_lo, sm_scale
+
+
+@triton.jit
 def _bwd_body(q, k, v, do, h, start, n, V, DQ, DK, DV, SIN, stride_vt, stride_vh,
               stride_dqt, stride_dqh, stride_dkt, stride_dkh, stride_dvt, stride_dvh,
               stride_st, qk_scale, sm_scale,
@@ -325,9 +359,7 @@ def _bwd_body(q, k, v, do, h, start, n, V, DQ, DK, DV, SIN, stride_vt, stride_vh
                               BLOCK, HALF, INTERPRET)
     dp = tl.zeros((BLOCK, BLOCK), dtype=tl.float32)
     dp = _mma_split(do, do, tl.trans(v_hi), tl.trans(v_lo), dp, False, V_LO, IEEE, INTERPRET)
-    if CENTRED:  # first pass of Di
-        dp = dp - tl.sum(p * dp, axis=1)[:, None]
-    ds = p * (dp - tl.sum(p * dp, axis=1)[:, None])  # padded rows: dO = 0, so dS = 0
+    ds = _ds(p, dp, CENTRED)
     # Each gradient is stored as soon as it is complete, so only one (BLOCK, D) fp32
     # accumulator is live at a time.
     acc = tl.zeros((BLOCK, HEAD_DIM), dtype=tl.float32)
@@ -339,19 +371,8 @@ def _bwd_body(q, k, v, do, h, start, n, V, DQ, DK, DV, SIN, stride_vt, stride_vh
         acc = _mma(tl.trans(p.to(q.dtype)), do, acc, IEEE, INTERPRET)
     _store(_tile(DV, start, n, h, stride_dvt, stride_dvh, BLOCK, HEAD_DIM), acc, SIN, start, n,
            stride_st, ROTATE_V, IS_BF16, BLOCK, HALF, INTERPRET)
-    if SPLIT:
-        if CENTRED and not IS_BF16:
-            # fp16: where dS is small (as it is when dP - Di is) its lo half falls below fp16's
-            # normal range and loses its bits. Split dS at a power-of-two scale that puts the
-            # tile's max |dS| at 2^14, and fold the inverse (exact) into the store scale.
-            ds_up, ds_down = _pow2_scale(tl.max(tl.max(tl.abs(ds), axis=1, keep_dims=True),
-                                                axis=0, keep_dims=True), 14)
-            ds = ds * ds_up
-            sm_scale = sm_scale * ds_down
-        ds_hi, ds_lo = _split(ds, q.dtype, IS_BF16, INTERPRET)
-    else:
-        ds_hi = ds.to(q.dtype)
-        ds_lo = ds_hi
+    ds_hi, ds_lo, sm_scale = _ds_halves(ds, sm_scale, q.dtype, SPLIT, CENTRED, IS_BF16,
+                                        INTERPRET)
     acc = tl.zeros((BLOCK, HEAD_DIM), dtype=tl.float32)
     acc = _mma_split(ds_hi, ds_lo, k_hi, k_lo, acc, SPLIT, QK_LO, IEEE, INTERPRET)
     _store(_tile(DQ, start, n, h, stride_dqt, stride_dqh, BLOCK, HEAD_DIM), acc * sm_scale,
@@ -361,6 +382,114 @@ def _bwd_body(q, k, v, do, h, start, n, V, DQ, DK, DV, SIN, stride_vt, stride_vh
                      INTERPRET)
     _store(_tile(DK, start, n, h, stride_dkt, stride_dkh, BLOCK, HEAD_DIM), acc * sm_scale,
            SIN, start, n, stride_st, ROTARY, IS_BF16, BLOCK, HALF, INTERPRET)
+
+
+# ----------------------------------------------------------------------------- column chunks
+
+
+@triton.jit
+def _chunk_sin_cos(SIN, start, n, stride_st, c, CW: tl.constexpr, HEAD_DIM: tl.constexpr,
+                   BLOCK: tl.constexpr):
+    """(BLOCK, CW / 2) fp32 sin and cos of rotary pairs [c CW / 2, (c + 1) CW / 2): the pairs
+    of columns [c CW, (c + 1) CW) (a pair never straddles chunks)."""
+    ptrs, mask = _tile(SIN + c * (CW // 2), start, n, start, stride_st, 0, BLOCK, CW // 2)
+    sin = tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)
+    cos = tl.load(ptrs + HEAD_DIM // 2, mask=mask, other=0.0).to(tl.float32)
+    return sin, cos
+
+
+@triton.jit
+def _chunk(X, SIN, start, n, h, stride_t, stride_h, stride_st, c, ROTATE: tl.constexpr,
+           CW: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr):
+    """Column chunk c of X's (BLOCK, HEAD_DIM) tile (rows >= n zero) in fp32, rotated if ROTATE."""
+    x = _load(_tile(X + c * CW, start, n, h, stride_t, stride_h, BLOCK, CW)).to(tl.float32)
+    if ROTATE:
+        sin, cos = _chunk_sin_cos(SIN, start, n, stride_st, c, CW, HEAD_DIM, BLOCK)
+        x = _rotate(x, sin, cos, False, BLOCK, CW // 2)
+    return x
+
+
+@triton.jit
+def _store_chunk(X, x, SIN, start, n, h, stride_t, stride_h, stride_st, c, ROTATE: tl.constexpr,
+                 CW: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr,
+                 IS_BF16: tl.constexpr, INTERPRET: tl.constexpr):
+    """Store fp32 column chunk c of a gradient tile, rotated back first if ROTATE."""
+    if ROTATE:
+        sin, cos = _chunk_sin_cos(SIN, start, n, stride_st, c, CW, HEAD_DIM, BLOCK)
+        x = _rotate(x, sin, cos, True, BLOCK, CW // 2)
+    _store(_tile(X + c * CW, start, n, h, stride_t, stride_h, BLOCK, CW), x, SIN, start, n,
+           stride_st, False, IS_BF16, BLOCK, CW // 2, INTERPRET)
+
+
+@triton.jit
+def _bwd_chunks(h, start, n, Q, K, V, DO, DQ, DK, DV, SIN,
+                stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
+                stride_dot, stride_doh, stride_dqt, stride_dqh, stride_dkt, stride_dkh,
+                stride_dvt, stride_dvh, stride_st, qk_scale, sm_scale,
+                HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr, CHUNKS: tl.constexpr,
+                ROTATE_V: tl.constexpr, IS_BF16: tl.constexpr, IEEE: tl.constexpr,
+                INTERPRET: tl.constexpr):
+    """_bwd_body for fused rotary with 16-bit inputs (centred), in CHUNKS column chunks of the
+    head dim: each chunk of q, k, V and dO is loaded, rotated, centred and split on its own and
+    enters S = sum_c Q_c K_c^T and dP = sum_c dO_c (V_c - m_c)^T; each gradient leaves chunk by
+    chunk (dV_c = P^T dO_c, dQ_c = dS K_c, dK_c = dS^T Q_c). Only one chunk's fp32 rotation
+    and one chunk of a gradient accumulator are live at a time: the whole-tile body spills
+    (ptxas, sm_90). The arithmetic is _bwd_body's; only S's and dP's sums run in chunk order."""
+    CW: tl.constexpr = HEAD_DIM // CHUNKS
+    DT: tl.constexpr = Q.dtype.element_ty
+    rows_ok = (tl.arange(0, BLOCK) < n)[:, None]
+    s = tl.zeros((BLOCK, BLOCK), dtype=tl.float32)
+    qs = ()
+    ks = ()
+    for c in tl.static_range(CHUNKS):
+        q_hi, q_lo = _split(_chunk(Q, SIN, start, n, h, stride_qt, stride_qh, stride_st, c,
+                                   True, CW, HEAD_DIM, BLOCK), DT, IS_BF16, INTERPRET)
+        k_hi, k_lo = _split(_chunk(K, SIN, start, n, h, stride_kt, stride_kh, stride_st, c,
+                                   True, CW, HEAD_DIM, BLOCK), DT, IS_BF16, INTERPRET)
+        s = _mma_split(q_hi, q_lo, tl.trans(k_hi), tl.trans(k_lo), s, True, True, IEEE,
+                       INTERPRET)
+        qs = qs + (q_hi, q_lo)  # noqa: RUF005 (the JIT takes + on tuples, not starred ones)
+        ks = ks + (k_hi, k_lo)  # noqa: RUF005
+    p = _softmax(s, n, qk_scale, BLOCK)
+    # dP = dO (V - m)^T, m one row vector per block (see _centred): the rotated V's mean over
+    # its n valid rows, or the plain V's first row; both taken per column, so per chunk.
+    dp = tl.zeros((BLOCK, BLOCK), dtype=tl.float32)
+    dos = ()
+    for c in tl.static_range(CHUNKS):
+        do = _load(_tile(DO + c * CW, start, n, h, stride_dot, stride_doh, BLOCK, CW))
+        v = _chunk(V, SIN, start, n, h, stride_vt, stride_vh, stride_st, c, ROTATE_V, CW,
+                   HEAD_DIM, BLOCK)
+        if ROTATE_V:
+            m = tl.sum(v, axis=0) / tl.maximum(n, 1).to(tl.float32)  # padded rows are 0
+            v = tl.where(rows_ok, v - m[None, :], 0.0)
+        else:
+            v = v - _load(_row0(V + c * CW, start, n, h, stride_vt, stride_vh, BLOCK,
+                                CW)).to(tl.float32)
+        v_hi, v_lo = _split(v, DT, IS_BF16, INTERPRET)
+        dp = _mma_split(do, do, tl.trans(v_hi), tl.trans(v_lo), dp, False, True, IEEE,
+                        INTERPRET)
+        dos = dos + (do,)  # noqa: RUF005
+    ds = _ds(p, dp, True)
+    p_hi, p_lo = _split(p, DT, IS_BF16, INTERPRET)
+    for c in tl.static_range(CHUNKS):
+        acc = tl.zeros((BLOCK, CW), dtype=tl.float32)
+        acc = _mma_split(tl.trans(p_hi), tl.trans(p_lo), dos[c], dos[c], acc, True, False, IEEE,
+                         INTERPRET)
+        _store_chunk(DV, acc, SIN, start, n, h, stride_dvt, stride_dvh, stride_st, c, ROTATE_V,
+                     CW, HEAD_DIM, BLOCK, IS_BF16, INTERPRET)
+    ds_hi, ds_lo, sm_scale = _ds_halves(ds, sm_scale, DT, True, True, IS_BF16, INTERPRET)
+    for c in tl.static_range(CHUNKS):
+        acc = tl.zeros((BLOCK, CW), dtype=tl.float32)
+        acc = _mma_split(ds_hi, ds_lo, ks[2 * c], ks[2 * c + 1], acc, True, True, IEEE,
+                         INTERPRET)
+        _store_chunk(DQ, acc * sm_scale, SIN, start, n, h, stride_dqt, stride_dqh, stride_st, c,
+                     True, CW, HEAD_DIM, BLOCK, IS_BF16, INTERPRET)
+    for c in tl.static_range(CHUNKS):
+        acc = tl.zeros((BLOCK, CW), dtype=tl.float32)
+        acc = _mma_split(tl.trans(ds_hi), tl.trans(ds_lo), qs[2 * c], qs[2 * c + 1], acc, True,
+                         True, IEEE, INTERPRET)
+        _store_chunk(DK, acc * sm_scale, SIN, start, n, h, stride_dkt, stride_dkh, stride_st, c,
+                     True, CW, HEAD_DIM, BLOCK, IS_BF16, INTERPRET)
 
 
 # ----------------------------------------------------------------------------- launch flags

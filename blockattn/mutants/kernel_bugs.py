@@ -92,8 +92,8 @@ CORE: tuple[Mutant, ...] = (
         # Both passes of Di: dropping only the second would leave dP shifted by the first.
         "if CENTRED:  # first pass of Di\n"
         "        dp = dp - tl.sum(p * dp, axis=1)[:, None]\n"
-        "    ds = p * (dp - tl.sum(p * dp, axis=1)[:, None])",
-        "ds = p * dp",
+        "    return p * (dp - tl.sum(p * dp, axis=1)[:, None])",
+        "return p * dp",
         "dS = P * dP: the Di = rowsum(P * dP) term of the softmax backward is dropped",
         ci=True,
     ),
@@ -104,16 +104,16 @@ CORE: tuple[Mutant, ...] = (
         # Both passes of Di, replaced by one pass from the rounded P.
         "if CENTRED:  # first pass of Di\n"
         "        dp = dp - tl.sum(p * dp, axis=1)[:, None]\n"
-        "    ds = p * (dp - tl.sum(p * dp, axis=1)[:, None])",
-        "ds = p * (dp - tl.sum(p.to(q.dtype).to(tl.float32) * dp, axis=1)[:, None])",
-        "Di computed from P rounded to the input dtype instead of the fp32 P",
+        "    return p * (dp - tl.sum(p * dp, axis=1)[:, None])",
+        "return p * (dp - tl.sum(p.to(tl.bfloat16).to(tl.float32) * dp, axis=1)[:, None])",
+        "Di computed from P rounded to bf16 instead of the fp32 P",
     ),
     Mutant(
         "ds-missing-p",
         "core",
         TILE_MATH,
-        "ds = p * (dp - tl.sum(p * dp, axis=1)[:, None])",
-        "ds = dp - tl.sum(p * dp, axis=1)[:, None]",
+        "return p * (dp - tl.sum(p * dp, axis=1)[:, None])",
+        "return dp - tl.sum(p * dp, axis=1)[:, None]",
         "dS = dP - Di: the factor P of the softmax Jacobian is forgotten",
     ),
     Mutant(
@@ -395,6 +395,32 @@ ROTARY: tuple[Mutant, ...] = (
         "    _fwd_out(p, v, h, start, n, O, SIN, stride_ot, stride_oh, stride_st, HEAD_DIM, "
         "BLOCK,\n             ROTARY,",
         "forward rotates V whenever rotary is on, ignoring rotate_v=False",
+    ),
+    # The rotary backward in column chunks (_bwd_chunks, the D = 128 default): its own table
+    # offsets, operand bookkeeping and store calls.
+    Mutant(
+        "chunks-table-offset",
+        "rotary",
+        TILE_MATH,
+        "ptrs, mask = _tile(SIN + c * (CW // 2), start, n, start, stride_st, 0, BLOCK, CW // 2)",
+        "ptrs, mask = _tile(SIN + c * CW, start, n, start, stride_st, 0, BLOCK, CW // 2)",
+        "column chunk c reads the sin/cos of pairs c CW.. instead of c CW / 2..",
+    ),
+    Mutant(
+        "chunks-dq-first-k-chunk",
+        "rotary",
+        TILE_MATH,
+        "acc = _mma_split(ds_hi, ds_lo, ks[2 * c], ks[2 * c + 1], acc, True, True, IEEE,",
+        "acc = _mma_split(ds_hi, ds_lo, ks[0], ks[1], acc, True, True, IEEE,",
+        "every chunk of dQ = dS K multiplies by K's first column chunk",
+    ),
+    Mutant(
+        "chunks-dv-not-rotated-back",
+        "rotary",
+        TILE_MATH,
+        "_store_chunk(DV, acc, SIN, start, n, h, stride_dvt, stride_dvh, stride_st, c, ROTATE_V,",
+        "_store_chunk(DV, acc, SIN, start, n, h, stride_dvt, stride_dvh, stride_st, c, False,",
+        "chunked backward stores dV without the transpose rotation although V was rotated",
     ),
     Mutant(
         "store-drops-last-row",

@@ -83,6 +83,22 @@ PRECISION: tuple[Mutant, ...] = (
         "dO V^T drops V's lo half: the centred (or rotated) V enters rounded to the input dtype",
     ),
     Mutant(
+        "chunks-qk-lo-dropped",
+        _G,
+        TILE_MATH,
+        "s = _mma_split(q_hi, q_lo, tl.trans(k_hi), tl.trans(k_lo), s, True, True, IEEE,",
+        "s = _mma_split(q_hi, q_lo, tl.trans(k_hi), tl.trans(k_lo), s, False, False, IEEE,",
+        "chunked backward's QK^T drops the rotated q and k lo halves",
+    ),
+    Mutant(
+        "chunks-dp-v-lo-dropped",
+        _G,
+        TILE_MATH,
+        "dp = _mma_split(do, do, tl.trans(v_hi), tl.trans(v_lo), dp, False, True, IEEE,",
+        "dp = _mma_split(do, do, tl.trans(v_hi), tl.trans(v_lo), dp, False, False, IEEE,",
+        "chunked backward's dO V^T drops V's lo half (the centred, rotated V rounded)",
+    ),
+    Mutant(
         "dp-rounded",
         _G,
         TILE_MATH,
@@ -210,8 +226,8 @@ PRECISION: tuple[Mutant, ...] = (
         "di-second-pass-dropped",
         _G,
         TILE_MATH,
-        "ds = p * (dp - tl.sum(p * dp, axis=1)[:, None])",
-        "ds = p * dp",
+        "return p * (dp - tl.sum(p * dp, axis=1)[:, None])",
+        "return p * dp",
         "Di's second pass dropped: dS = P * (dP - Di0) with the fp32 first-pass Di0, whose "
         "rounding dP - Di then carries (near-constant or saturated inputs)",
     ),

@@ -58,7 +58,10 @@ def _run(path: str, q, k, v, do, sinu, table, rotate_v: bool = True):
         AH.launch_bwd(q, k, v, do, grads, table, sinu, q.shape[2] ** -0.5, 64, rotate_v)
     else:
         A.launch_fwd(q, k, v, table, sinu, q.shape[2] ** -0.5, 64, rotate_v, o)
-        A.launch_bwd(q, k, v, do, table, sinu, q.shape[2] ** -0.5, 64, rotate_v, grads)
+        # The whole-tile body the Hopper path shares (the portable rotary D = 128 default forms
+        # it in column chunks, whose S and dP sums run in another order).
+        A.launch_bwd(q, k, v, do, table, sinu, q.shape[2] ** -0.5, 64, rotate_v, grads,
+                     chunks=1)
     return (o, *grads)
 
 
