@@ -4,7 +4,9 @@
 # rotary and precision mutants and the false alarms. Results: results/<gpu>_2026-11-26*/.
 #   phase a: the A/B (bf16, fp16; chunks 1, 2, 4) and the rotary kernel tests
 #   phase m: the GPU tier (not slow), all mutants against the H100 baseline, false alarms
-# Usage: bash benchmarks/gpu_chunks.sh a|m OUTDIR [COMMIT]
+#   phase s: on an H200: the A/B (chunks 1, 2), the chunked path's test, its mutants against
+#            the H200 baseline
+# Usage: bash benchmarks/gpu_chunks.sh a|m|s OUTDIR [COMMIT]
 set -uo pipefail
 phase=$1
 out=${2:-$OUT}
@@ -24,5 +26,14 @@ if [ "$phase" = m ]; then
     --baseline ci/baselines/h100/report.json --out "$r/mutants"
   step false_alarms timeout 200 python3 -m blockattn false-alarms --tolerances v5 --seeds 8 \
     --fuzz 2 --every-distribution --profile gpu --out "$r/false_alarms"
+fi
+if [ "$phase" = s ]; then
+  step ab timeout 200 python3 benchmarks/ab_chunks.py --out "$r/ab" --chunks 1,2 --rounds 3
+  step chunk_tests timeout 120 python3 -m pytest -q -p no:cacheprovider \
+    tests/kernels/test_attention.py -k "chunks or rotary"
+  step mutants_chunks timeout 240 python3 -m blockattn mutants --jobs 6 --tolerances v5 \
+    --baseline ci/baselines/h200/report.json --mutant chunks-table-offset \
+    --mutant chunks-dq-first-k-chunk --mutant chunks-dv-not-rotated-back \
+    --mutant chunks-qk-lo-dropped --mutant chunks-dp-v-lo-dropped --out "$r/mutants_chunks"
 fi
 tar -czf "$out/run.tgz" -C "$out" run

@@ -89,6 +89,7 @@ PRECISION: tuple[Mutant, ...] = (
         "s = _mma_split(q_hi, q_lo, tl.trans(k_hi), tl.trans(k_lo), s, True, True, IEEE,",
         "s = _mma_split(q_hi, q_lo, tl.trans(k_hi), tl.trans(k_lo), s, False, False, IEEE,",
         "chunked backward's QK^T drops the rotated q and k lo halves",
+        tests=("tests/kernels/test_attention.py::test_rotary_chunks_match_whole_tile",),
     ),
     Mutant(
         "chunks-dp-v-lo-dropped",
@@ -97,6 +98,7 @@ PRECISION: tuple[Mutant, ...] = (
         "dp = _mma_split(do, do, tl.trans(v_hi), tl.trans(v_lo), dp, False, True, IEEE,",
         "dp = _mma_split(do, do, tl.trans(v_hi), tl.trans(v_lo), dp, False, False, IEEE,",
         "chunked backward's dO V^T drops V's lo half (the centred, rotated V rounded)",
+        tests=("tests/kernels/test_attention.py::test_rotary_chunks_match_whole_tile",),
     ),
     Mutant(
         "dp-rounded",

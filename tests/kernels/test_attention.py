@@ -343,3 +343,33 @@ def test_fp32_rejected_on_blackwell(monkeypatch, capability, rejected) -> None:
             ops._check_backend(fake)
     else:
         ops._check_backend(fake)
+
+
+@pytest.mark.parametrize("rotate_v", [True, False], ids=["rotate-v", "rotate-qk"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_rotary_chunks_match_whole_tile(dtype: torch.dtype, rotate_v: bool) -> None:
+    """The rotary backward in column chunks (the D = 128 default: LaunchConfig.chunks,
+    _bwd_chunks) against the whole-tile body (chunks=1): the same products, only S's and dP's
+    fp32 sums in another order. So elementwise within 1 ulp of the stored dtype plus 2^-16 of
+    the tensor's largest magnitude (a near-cancelling sum moves by ~n 2^-24 of its terms); an
+    operand rounded to 16 bits (a lost lo half: 2^-9 relative, 4 fp16 ulps) or a wrong chunk is
+    far outside. Gradients start NaN so an unwritten element shows."""
+    from blockattn.kernels import attention as A
+
+    assert A.launch_config("bwd", True, 128, dtype).chunks > 1, "the default is not chunked"
+    case = make_case(lengths=[0, 1, 63, 64, 65, 129, 200], H=2, D=128, dtype=dtype, seed=11)
+    q, k, v, do, sinu = (t.to(DEVICE) for t in (case.q, case.k, case.v, case.grad_out,
+                                                 case.sinu_pos))
+    table = build_tile_table(case.offsets.to(DEVICE), q.shape[0], 64)
+    got = []
+    for chunks in (None, 1):
+        grads = tuple(torch.full_like(q, float("nan")) for _ in range(3))
+        got.append(A.launch_bwd(q, k, v, do, table, sinu, 128**-0.5, 64, rotate_v, grads,
+                                chunks=chunks))
+    for name, a, b in zip(("dQ", "dK", "dV"), *got, strict=True):
+        fa, fb = a.double(), b.double()
+        assert bool(torch.isfinite(fa).all()), f"{name}: unwritten (NaN) or non-finite"
+        tol = torch.finfo(dtype).eps * torch.maximum(fa.abs(), fb.abs()) + 2.0**-16 * float(
+            fb.abs().max())
+        apart = int((~((fa - fb).abs() <= tol)).sum())
+        assert apart == 0, f"{name}: {apart} of {fa.numel()} elements beyond 1 ulp + 2^-16 max"
