@@ -198,6 +198,14 @@ class LaunchConfig:
 # The plain fwd D=128 fits the cap without spills since it loads V after P (_fwd_tile; same-run
 # A/B against the load-V-first kernel: H200 1.389 vs 1.414 ms, H100 1.854 vs 1.880 ms,
 # results/h200_2026-11-25e/late_v/, results/h100_2026-11-25e/after_late_v/): it accepts 0 B.
+# The rotary D=128 bwd forms everything in two column chunks of the head dim (_bwd_chunks): fewer
+# live registers (sm_90 spills 36/32 B bf16/fp16 against 448/484 B whole-tile) and faster in
+# same-run A/Bs at shape P against the whole-tile body, gradients within 1 ulp + 2^-16 of the
+# scale of it (0 elements apart): H100 bf16 7.094 vs 7.456 ms, fp16 6.842 vs 7.680
+# (results/h100_2026-11-26/chunks_ab/); H200 bf16 6.964 vs 7.211, fp16 6.724 vs 7.334
+# (results/h200_2026-11-26b/chunks_final/). Four chunks spill 0 B but are slower (H100 bf16
+# 9.258 ms: more, smaller MMAs); at D=64 a chunk would be 32 columns, where a triton 3.6 forward
+# with such dots miscompiled (results/h200_2026-11-26b/chunks/): D=64 stays whole.
 _STAGES = {"fwd": 1, "bwd": 2}  # no loop to pipeline at one tile per program: no effect
 CONFIGS: dict[tuple[str, bool, int], LaunchConfig] = {
     ("fwd", False, 128): LaunchConfig(4, 1, 0, maxnreg=128),

@@ -111,10 +111,10 @@ def test_plain_d128_has_no_spills(subset_results: list[cc.Result]) -> None:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="known: the D=128 rotary kernels spill (sm_90, 885e7dc: fwd 52-164 B, bwd "
-    "448-508 B). Triton rematerialises the fp32 rotation + hi/lo split of q/k once per MMA "
-    "operand layout (16 layout conversions vs 5 without rotary). strict: this fails once they "
-    "stop spilling.",
+    reason="known: the D=128 rotary kernels spill (sm_90: fwd 52-164 B; bwd 32-36 B in two "
+    "column chunks since 7973031, 448-508 B whole-tile, rotate_v=False 0 B). Triton "
+    "rematerialises the fp32 rotation + hi/lo split of q/k once per MMA operand layout (16 "
+    "layout conversions vs 5 without rotary). strict: this fails once they stop spilling.",
 )
 def test_rotary_d128_has_no_spills(subset_results: list[cc.Result]) -> None:
     bad = _spills([r for r in subset_results if r.variant in _KNOWN_SPILLERS])
