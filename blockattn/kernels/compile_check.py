@@ -240,7 +240,7 @@ def _compile_one(variant: Variant, target: str) -> Result:
         cfg = A.launch_config(variant.kernel, variant.rotary != "off", variant.head_dim, dtype)
         constexprs["PERSISTENT"] = cfg.programs_per_sm > 0  # what a launch at shape P builds
         if variant.kernel == "bwd":
-            constexprs["CHUNKS"] = int(os.environ.get("BLOCKATTN_CC_CHUNKS", cfg.chunks))
+            constexprs["CHUNKS"] = cfg.chunks  # the rotary D=128 default: two column chunks
     signature: dict[str, str] = {}
     attrs: dict[tuple[int, ...], list[list[Any]]] = {}
     for i, p in enumerate(fn.params):

@@ -3,7 +3,9 @@
 backward bodies of one (block, head) tile from its loaded q, k, v (, dO), and the launch flags
 that select their compile-time branches. Each path only loads tiles its own way.
 
-Design notes (accuracy, cancellation) are in `attention.py`'s docstring.
+Design notes (accuracy, cancellation) are in `attention.py`'s docstring. The fused-rotary 16-bit
+backward at D = 128 runs `_bwd_chunks` (the same products in two column chunks of the head dim,
+fewer live registers; see attention.CONFIGS) instead of `_bwd_body`.
 """
 
 from __future__ import annotations
