@@ -3,10 +3,13 @@ ceiling): the working tree's blockattn/kernels (B) against a saved copy of that 
 the last commit's, to measure what a kernel change costs.
 
     mkdir -p .ab/a && git archive HEAD blockattn/kernels | tar -x -C .ab/a --strip-components 2
-    python benchmarks/ab_kernels.py --a .ab/a --out DIR      # .ab is git-ignored: carry it
+    python benchmarks/ab_kernels.py --a .ab/a --out DIR [--dtypes bf16,fp16] [--rounds 3]
+    # .ab is git-ignored: carry it
 
-Shape P (B=1152, max_len=4096, sparsity 0.7, H=4, bf16) at D=128 and D=64, plain and rotary,
-fwd and bwd; medians of triton.testing.do_bench; the copy ceiling measured in the same run.
+Shape P (B=1152, max_len=4096, sparsity 0.7, H=4) at D=128 and D=64, plain and rotary, fwd and
+bwd; medians of triton.testing.do_bench (`--rounds` of them, A and B alternating: the median is
+reported); the copy ceiling measured in the same run. B's outputs are compared with A's:
+elements beyond 1 ulp + 2^-16 of the tensor's largest magnitude apart, and non-finite.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import argparse
 import functools
 import importlib.util
 import json
+import statistics
 import sys
 from pathlib import Path
 
@@ -46,12 +50,24 @@ def _load(folder: Path):
     return importlib.import_module(f"{_PKG}.dispatch")
 
 
+def _apart(a: torch.Tensor, b: torch.Tensor) -> int:
+    """Elements of a beyond 1 ulp + 2^-16 of b's largest magnitude from b (or non-finite)."""
+    fa, fb = a.double(), b.double()
+    tol = torch.finfo(a.dtype).eps * torch.maximum(fa.abs(), fb.abs()) + 2.0**-16 * float(
+        fb.abs().max())
+    return int((~((fa - fb).abs() <= tol)).sum())
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--a", type=Path, required=True,
                     help="saved copy of blockattn/kernels (version A)")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--rep-ms", type=float, default=200.0)
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="timings per kernel, A and B alternating; the median is reported")
+    ap.add_argument("--dtypes", default="bf16", help="comma-separated among bf16, fp16")
+    ap.add_argument("--dims", default="128,64")
     args = ap.parse_args()
     import blockattn.kernels.dispatch as kb
     from blockattn.bench.case import make_bench_case
@@ -63,32 +79,48 @@ def main() -> int:
     dev = torch.device("cuda")
     ceiling = copy_ceiling(4 << 30, 25, args.rep_ms, False)
     rows = []
-    for D in (128, 64):
-        c = make_bench_case(f"P-D{D}", B=1152, max_len=4096, sparsity=0.7, H=4, D=D,
-                            dtype=torch.bfloat16, device=dev)
-        table = build_tile_table(c.offsets, c.T, 64)
-        nbytes = c.q.numel() * c.q.element_size()
-        for rotary in (False, True):
-            sinu = c.sinu if rotary else None  # the production table is fp32
-            for kind, passes in (("fwd", 4), ("bwd", 7)):
-                res = {"D": D, "rotary": rotary, "kernel": kind,
-                       "floor_ms": passes * nbytes / (ceiling["tbps"] * 1e12) * 1e3}
-                for tag, mod in (("A", ka), ("B", kb)):
+    for dname in args.dtypes.split(","):
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[dname]
+        for D in (int(x) for x in args.dims.split(",")):
+            c = make_bench_case(f"P-D{D}", B=1152, max_len=4096, sparsity=0.7, H=4, D=D,
+                                dtype=dtype, device=dev)
+            table = build_tile_table(c.offsets, c.T, 64)
+            nbytes = c.q.numel() * c.q.element_size()
+            for rotary in (False, True):
+                sinu = c.sinu if rotary else None  # the production table is fp32
+                for kind, passes in (("fwd", 4), ("bwd", 7)):
+                    res = {"dtype": dname, "D": D, "rotary": rotary, "kernel": kind,
+                           "floor_ms": passes * nbytes / (ceiling["tbps"] * 1e12) * 1e3}
+                    fns = {}
+                    for tag, mod in (("A", ka), ("B", kb)):
+                        if kind == "fwd":
+                            fns[tag] = functools.partial(mod.attention_fwd, c.q, c.k, c.v, table,
+                                                         sinu, c.scale, 64, True)
+                        else:
+                            fns[tag] = functools.partial(mod.attention_bwd, c.q, c.k, c.v, c.do,
+                                                         table, sinu, c.scale, 64, True)
+                    outs = {tag: fn() for tag, fn in fns.items()}
+                    a_out, b_out = outs["A"], outs["B"]
                     if kind == "fwd":
-                        fn = functools.partial(mod.attention_fwd, c.q, c.k, c.v, table, sinu,
-                                               c.scale, 64, True)
-                    else:
-                        fn = functools.partial(mod.attention_bwd, c.q, c.k, c.v, c.do, table,
-                                               sinu, c.scale, 64, True)
-                    fn()
-                    res[f"{tag}_ms"] = time_ms(fn, 25, args.rep_ms)
-                res["B_over_A"] = res["B_ms"] / res["A_ms"]
-                res["B_pct_ceiling"] = 100 * res["floor_ms"] / res["B_ms"]
-                res["A_pct_ceiling"] = 100 * res["floor_ms"] / res["A_ms"]
-                rows.append(res)
-                print(json.dumps(res), flush=True)
-        del c
-        torch.cuda.empty_cache()
+                        a_out, b_out = (a_out,), (b_out,)
+                    res["B_apart_from_A"] = sum(_apart(b, a) for a, b in
+                                                zip(a_out, b_out, strict=True))
+                    res["B_nonfinite"] = sum(int((~torch.isfinite(b)).sum()) for b in b_out)
+                    del outs, a_out, b_out
+                    times: dict[str, list[float]] = {"A": [], "B": []}
+                    for _ in range(args.rounds):
+                        for tag, fn in fns.items():
+                            times[tag].append(time_ms(fn, 25, args.rep_ms))
+                    for tag, ts in times.items():
+                        res[f"{tag}_ms"] = statistics.median(ts)
+                        res[f"{tag}_runs_ms"] = ts
+                    res["B_over_A"] = res["B_ms"] / res["A_ms"]
+                    res["B_pct_ceiling"] = 100 * res["floor_ms"] / res["B_ms"]
+                    res["A_pct_ceiling"] = 100 * res["floor_ms"] / res["A_ms"]
+                    rows.append(res)
+                    print(json.dumps(res), flush=True)
+            del c
+            torch.cuda.empty_cache()
     args.out.mkdir(parents=True, exist_ok=True)
     meta = {**device_info(), "commit": git_commit(), "ceiling": ceiling,
             "command": "python benchmarks/ab_kernels.py " + " ".join(sys.argv[1:])}

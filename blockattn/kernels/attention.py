@@ -41,6 +41,8 @@ from blockattn.kernels.tile_math import (
     _fwd_out,
     _fwd_probs,
     _load,
+    _qk_chunks,
+    _softmax,
     _tile,
     _tile_at,
     block_rows,
@@ -56,19 +58,31 @@ def _fwd_tile(h, start, n, Q, K, V, O, SIN,
               stride_ot, stride_oh, stride_st, qk_scale,
               HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr,
               ROTARY: tl.constexpr, ROTATE_V: tl.constexpr, SPLIT: tl.constexpr,
-              IS_BF16: tl.constexpr, IEEE: tl.constexpr, INTERPRET: tl.constexpr):
-    q = _load(_tile(Q, start, n, h, stride_qt, stride_qh, BLOCK, HEAD_DIM))
-    k = _load(_tile(K, start, n, h, stride_kt, stride_kh, BLOCK, HEAD_DIM))
+              IS_BF16: tl.constexpr, IEEE: tl.constexpr, INTERPRET: tl.constexpr,
+              CHUNKS: tl.constexpr):
     v_tile = _tile(V, start, n, h, stride_vt, stride_vh, BLOCK, HEAD_DIM)
-    # Plain D = 128 loads V once P is formed, so it is not live across QK^T and the softmax: at
-    # its 128-register cap 0 B spilled instead of 12 (sm_90, compile-check). Elsewhere V comes
-    # first: loaded late, rotary D = 128 spilled more (bf16 248 B against 52) and plain D = 64
-    # began to spill on sm_100 (16 B).
-    V_LATE: tl.constexpr = not ROTARY and HEAD_DIM > 64
-    if not V_LATE:
-        v = _load(v_tile)
-    p = _fwd_probs(q, k, SIN, start, n, stride_st, qk_scale, HEAD_DIM, BLOCK, ROTARY, SPLIT,
-                   IS_BF16, IEEE, INTERPRET)
+    # Fused rotary, 16-bit inputs (the config's CHUNKS > 1): q and k are loaded, rotated and
+    # split one column chunk at a time into S (_qk_chunks), so one chunk's fp32 rotation and
+    # sin/cos are live instead of the whole tile's: sm_90 spilled 52/164 B (bf16/fp16, D = 128)
+    # and 48/40 B (D = 64 at its 128-register cap) whole, 0 B chunked.
+    CHUNKED: tl.constexpr = ROTARY and SPLIT and CHUNKS > 1
+    # V is loaded once P is formed, so it is not live across QK^T and the softmax, where that
+    # helps: plain D = 128 (at its 128-register cap 0 B spilled instead of 12) and the chunked
+    # rotary forward (bf16 D = 128: 180 registers against 248 with V first). The whole-tile
+    # rotary forward spilled more with V late (bf16 D = 128: 248 B against 52) and plain D = 64
+    # began to spill on sm_100 (16 B): there V comes first.
+    V_LATE: tl.constexpr = CHUNKED or (not ROTARY and HEAD_DIM > 64)
+    if CHUNKED:
+        s, _, _ = _qk_chunks(h, start, n, Q, K, SIN, stride_qt, stride_qh, stride_kt, stride_kh,
+                             stride_st, HEAD_DIM, BLOCK, CHUNKS, IS_BF16, IEEE, INTERPRET)
+        p = _softmax(s, n, qk_scale, BLOCK)
+    else:
+        q = _load(_tile(Q, start, n, h, stride_qt, stride_qh, BLOCK, HEAD_DIM))
+        k = _load(_tile(K, start, n, h, stride_kt, stride_kh, BLOCK, HEAD_DIM))
+        if not V_LATE:
+            v = _load(v_tile)
+        p = _fwd_probs(q, k, SIN, start, n, stride_st, qk_scale, HEAD_DIM, BLOCK, ROTARY, SPLIT,
+                       IS_BF16, IEEE, INTERPRET)
     if V_LATE:
         v = _load(v_tile)
     _fwd_out(p, v, h, start, n, O, SIN, stride_ot, stride_oh, stride_st, HEAD_DIM, BLOCK,
@@ -82,7 +96,7 @@ def _fwd_kernel(Q, K, V, O, SIN, tile_start, tile_len, n_tiles, n_programs, tile
                 H: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr,
                 ROTARY: tl.constexpr, ROTATE_V: tl.constexpr, SPLIT: tl.constexpr,
                 IS_BF16: tl.constexpr, IEEE: tl.constexpr, INTERPRET: tl.constexpr,
-                PERSISTENT: tl.constexpr, CENTRED: tl.constexpr):
+                PERSISTENT: tl.constexpr, CENTRED: tl.constexpr, CHUNKS: tl.constexpr):
     # CENTRED is read by the backward only; it is here so both kernels take the same _flags.
     pid = tl.program_id(0)
     if PERSISTENT:
@@ -94,14 +108,14 @@ def _fwd_kernel(Q, K, V, O, SIN, tile_start, tile_len, n_tiles, n_programs, tile
             _fwd_tile(h, start, n, Q, K, V, O, SIN,
                       stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
                       stride_ot, stride_oh, stride_st, qk_scale,
-                      HEAD_DIM, BLOCK, ROTARY, ROTATE_V, SPLIT, IS_BF16, IEEE, INTERPRET)
+                      HEAD_DIM, BLOCK, ROTARY, ROTATE_V, SPLIT, IS_BF16, IEEE, INTERPRET, CHUNKS)
     else:  # one tile per program (always so under the interpreter): skip empty slots
         h, start, n = _tile_at(pid, tile_start, tile_len, n_tiles, H)
         if n > 0:
             _fwd_tile(h, start, n, Q, K, V, O, SIN,
                       stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
                       stride_ot, stride_oh, stride_st, qk_scale,
-                      HEAD_DIM, BLOCK, ROTARY, ROTATE_V, SPLIT, IS_BF16, IEEE, INTERPRET)
+                      HEAD_DIM, BLOCK, ROTARY, ROTATE_V, SPLIT, IS_BF16, IEEE, INTERPRET, CHUNKS)
 
 
 # ----------------------------------------------------------------------------- backward
@@ -177,8 +191,8 @@ class LaunchConfig:
     # Spill bytes (stores or loads, per ptxas) compile-check accepts for this config: nonzero only
     # where a register cap was measured faster despite its spills (see CONFIGS).
     accepted_spill_bytes: int = 0
-    # Backward with fused rotary, 16-bit inputs: formed in this many column chunks of the head
-    # dim (_bwd_chunks); 1 = the whole tile at once (_bwd_body).
+    # Fused rotary, 16-bit inputs: q and k (the backward: also V, dO and the gradients) formed in
+    # this many column chunks of the head dim (_qk_chunks, _bwd_chunks); 1 = the whole tile.
     chunks: int = 1
 
 
@@ -209,7 +223,8 @@ class LaunchConfig:
 _STAGES = {"fwd": 1, "bwd": 2}  # no loop to pipeline at one tile per program: no effect
 CONFIGS: dict[tuple[str, bool, int], LaunchConfig] = {
     ("fwd", False, 128): LaunchConfig(4, 1, 0, maxnreg=128),
-    ("fwd", True, 64): LaunchConfig(4, 1, 0, maxnreg=128, accepted_spill_bytes=128),
+    ("fwd", True, 64): LaunchConfig(4, 1, 0, maxnreg=128, chunks=2),
+    ("fwd", True, 128): LaunchConfig(4, 1, 0, chunks=2),
     ("bwd", True, 64): LaunchConfig(4, 2, 0, maxnreg=168, accepted_spill_bytes=128),
     ("bwd", True, 128): LaunchConfig(4, 2, 0, chunks=2),
 }
@@ -235,8 +250,9 @@ def _grid_size(n_tiles: int, device: torch.device, cfg: LaunchConfig) -> int:
 
 
 def launch_fwd(q: Tensor, k: Tensor, v: Tensor, table: TileTable, sinu_pos: Tensor | None,
-               scale: float, block_size: int, rotate_v: bool, o: Tensor) -> Tensor:
-    """The portable forward kernel."""
+               scale: float, block_size: int, rotate_v: bool, o: Tensor,
+               chunks: int | None = None) -> Tensor:
+    """The portable forward kernel; `chunks` overrides the config's (A/B runs, tests)."""
     _, H, D = q.shape
     cfg = launch_config("fwd", sinu_pos is not None, D, q.dtype)
     n_tiles = table.n_slots * H
@@ -250,7 +266,8 @@ def launch_fwd(q: Tensor, k: Tensor, v: Tensor, table: TileTable, sinu_pos: Tens
         o.stride(0), o.stride(1), sin.stride(0), scale * LOG2E,
         H=H, HEAD_DIM=D, BLOCK=block_rows(block_size),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, maxnreg=cfg.maxnreg,
-        PERSISTENT=grid < n_tiles, **_flags(q, sinu_pos, rotate_v),
+        PERSISTENT=grid < n_tiles, CHUNKS=cfg.chunks if chunks is None else chunks,
+        **_flags(q, sinu_pos, rotate_v),
     )  # fmt: skip
     return o
 

@@ -239,8 +239,7 @@ def _compile_one(variant: Variant, target: str) -> Result:
     else:
         cfg = A.launch_config(variant.kernel, variant.rotary != "off", variant.head_dim, dtype)
         constexprs["PERSISTENT"] = cfg.programs_per_sm > 0  # what a launch at shape P builds
-        if variant.kernel == "bwd":
-            constexprs["CHUNKS"] = cfg.chunks  # the rotary D=128 default: two column chunks
+        constexprs["CHUNKS"] = cfg.chunks  # column chunks of the fused rotary 16-bit kernels
     signature: dict[str, str] = {}
     attrs: dict[tuple[int, ...], list[list[Any]]] = {}
     for i, p in enumerate(fn.params):

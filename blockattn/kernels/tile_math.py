@@ -113,15 +113,31 @@ def _load(tile):
 
 
 @triton.jit
+def _load_table(ptrs, mask, SITE: tl.constexpr):
+    """A load of the rotary table as fp32; SITE 1 is the same load with an explicit cache hint
+    (".ca": cache at all levels, what a global load does on sm_90 anyway).
+
+    Triton merges identical loads with no store between them (CSE): the sin/cos tiles that a
+    tile body re-reads to keep them short-lived would then be one load, live from the first use
+    to the last. A second SITE is a different op, so its load stays where it is written."""
+    if SITE == 1:
+        x = tl.load(ptrs, mask=mask, other=0.0, cache_modifier=".ca")
+    else:
+        x = tl.load(ptrs, mask=mask, other=0.0)
+    return x.to(tl.float32)
+
+
+@triton.jit
 def _load_sinu(SIN, start, n, stride_st, ROTARY: tl.constexpr, BLOCK: tl.constexpr,
-               HALF: tl.constexpr):
-    """(BLOCK, HALF) fp32 sin and cos of the block's tokens (zeros when ROTARY is off)."""
+               HALF: tl.constexpr, COS_AT: tl.constexpr, SITE: tl.constexpr = 0):
+    """(BLOCK, HALF) fp32 sin and cos of the block's tokens (zeros when ROTARY is off), from
+    table columns [0, HALF) of SIN and COS_AT columns further (the table's D / 2)."""
     sin = tl.zeros((BLOCK, HALF), dtype=tl.float32)
     cos = sin
     if ROTARY:
         ptrs, mask = _tile(SIN, start, n, start, stride_st, 0, BLOCK, HALF)  # h * 0 = 0
-        sin = tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)
-        cos = tl.load(ptrs + HALF, mask=mask, other=0.0).to(tl.float32)
+        sin = _load_table(ptrs, mask, SITE)
+        cos = _load_table(ptrs + COS_AT, mask, SITE)
     return sin, cos
 
 
@@ -135,7 +151,7 @@ def _operand(x, SIN, start, n, stride_st, ROTATE: tl.constexpr, SPLIT: tl.conste
     across the whole tile: that is what kept the rotary kernels from spilling.
     """
     if ROTATE:
-        sin, cos = _load_sinu(SIN, start, n, stride_st, True, BLOCK, HALF)
+        sin, cos = _load_sinu(SIN, start, n, stride_st, True, BLOCK, HALF, HALF)
         xr = _rotate(x.to(tl.float32), sin, cos, False, BLOCK, HALF)
         if SPLIT:
             hi, lo = _split(xr, x.dtype, IS_BF16, INTERPRET)
@@ -165,7 +181,7 @@ def _centred(x, row0, SIN, start, n, stride_st, ROTATE: tl.constexpr, SPLIT: tl.
       finite, in columns where P is 0.
     """
     if ROTATE:
-        sin, cos = _load_sinu(SIN, start, n, stride_st, True, BLOCK, HALF)
+        sin, cos = _load_sinu(SIN, start, n, stride_st, True, BLOCK, HALF, HALF)
         xr = _rotate(x.to(tl.float32), sin, cos, False, BLOCK, HALF)
         m = tl.sum(xr, axis=0) / tl.maximum(n, 1).to(tl.float32)  # padded rows are 0
         xc = tl.where((tl.arange(0, BLOCK) < n)[:, None], xr - m[None, :], 0.0)
@@ -217,7 +233,7 @@ def _store(tile, x, SIN, start, n, stride_st, ROTATE: tl.constexpr, IS_BF16: tl.
     (BLOCK, HALF) tiles held across the whole backward cost ~64 registers per thread.
     """
     if ROTATE:
-        sin, cos = _load_sinu(SIN, start, n, stride_st, True, BLOCK, HALF)
+        sin, cos = _load_sinu(SIN, start, n, stride_st, True, BLOCK, HALF, HALF)
         x = _rotate(x, sin, cos, True, BLOCK, HALF)
     ptrs, mask = tile
     tl.store(ptrs, _round_to(x, ptrs.dtype.element_ty, IS_BF16, INTERPRET), mask=mask)
@@ -391,22 +407,21 @@ def _bwd_body(q, k, v, do, h, start, n, V, DQ, DK, DV, SIN, stride_vt, stride_vh
 
 @triton.jit
 def _chunk_sin_cos(SIN, start, n, stride_st, c, CW: tl.constexpr, HEAD_DIM: tl.constexpr,
-                   BLOCK: tl.constexpr):
+                   BLOCK: tl.constexpr, SITE: tl.constexpr):
     """(BLOCK, CW / 2) fp32 sin and cos of rotary pairs [c CW / 2, (c + 1) CW / 2): the pairs
     of columns [c CW, (c + 1) CW) (a pair never straddles chunks)."""
-    ptrs, mask = _tile(SIN + c * (CW // 2), start, n, start, stride_st, 0, BLOCK, CW // 2)
-    sin = tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)
-    cos = tl.load(ptrs + HEAD_DIM // 2, mask=mask, other=0.0).to(tl.float32)
-    return sin, cos
+    return _load_sinu(SIN + c * (CW // 2), start, n, stride_st, True, BLOCK, CW // 2,
+                      HEAD_DIM // 2, SITE)
 
 
 @triton.jit
 def _chunk(X, SIN, start, n, h, stride_t, stride_h, stride_st, c, ROTATE: tl.constexpr,
-           CW: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr):
-    """Column chunk c of X's (BLOCK, HEAD_DIM) tile (rows >= n zero) in fp32, rotated if ROTATE."""
+           CW: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr, SITE: tl.constexpr):
+    """Column chunk c of X's (BLOCK, HEAD_DIM) tile (rows >= n zero) in fp32, rotated if ROTATE
+    (by the table read at SITE, see _load_table)."""
     x = _load(_tile(X + c * CW, start, n, h, stride_t, stride_h, BLOCK, CW)).to(tl.float32)
     if ROTATE:
-        sin, cos = _chunk_sin_cos(SIN, start, n, stride_st, c, CW, HEAD_DIM, BLOCK)
+        sin, cos = _chunk_sin_cos(SIN, start, n, stride_st, c, CW, HEAD_DIM, BLOCK, SITE)
         x = _rotate(x, sin, cos, False, BLOCK, CW // 2)
     return x
 
@@ -415,12 +430,38 @@ def _chunk(X, SIN, start, n, h, stride_t, stride_h, stride_st, c, ROTATE: tl.con
 def _store_chunk(X, x, SIN, start, n, h, stride_t, stride_h, stride_st, c, ROTATE: tl.constexpr,
                  CW: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr,
                  IS_BF16: tl.constexpr, INTERPRET: tl.constexpr):
-    """Store fp32 column chunk c of a gradient tile, rotated back first if ROTATE."""
+    """Store fp32 column chunk c of a gradient tile, rotated back first if ROTATE (table SITE 1:
+    the first store's table would otherwise merge with the QK^T loop's, see _bwd_chunks)."""
     if ROTATE:
-        sin, cos = _chunk_sin_cos(SIN, start, n, stride_st, c, CW, HEAD_DIM, BLOCK)
+        sin, cos = _chunk_sin_cos(SIN, start, n, stride_st, c, CW, HEAD_DIM, BLOCK, 1)
         x = _rotate(x, sin, cos, True, BLOCK, CW // 2)
     _store(_tile(X + c * CW, start, n, h, stride_t, stride_h, BLOCK, CW), x, SIN, start, n,
            stride_st, False, IS_BF16, BLOCK, CW // 2, INTERPRET)
+
+
+@triton.jit
+def _qk_chunks(h, start, n, Q, K, SIN, stride_qt, stride_qh, stride_kt, stride_kh, stride_st,
+               HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr, CHUNKS: tl.constexpr,
+               IS_BF16: tl.constexpr, IEEE: tl.constexpr, INTERPRET: tl.constexpr):
+    """S = sum_c Q_c K_c^T over CHUNKS column chunks of the head dim, each chunk of q and k
+    loaded, rotated and split into hi/lo halves on its own (fused rotary, 16-bit inputs).
+    Returns S and the halves as tuples (q_hi, q_lo per chunk; k likewise) for the backward's
+    dK and dQ; the forward drops them. Only one chunk's fp32 rotation and table are live."""
+    CW: tl.constexpr = HEAD_DIM // CHUNKS
+    DT: tl.constexpr = Q.dtype.element_ty
+    s = tl.zeros((BLOCK, BLOCK), dtype=tl.float32)
+    qs = ()
+    ks = ()
+    for c in tl.static_range(CHUNKS):
+        q_hi, q_lo = _split(_chunk(Q, SIN, start, n, h, stride_qt, stride_qh, stride_st, c,
+                                   True, CW, HEAD_DIM, BLOCK, 0), DT, IS_BF16, INTERPRET)
+        k_hi, k_lo = _split(_chunk(K, SIN, start, n, h, stride_kt, stride_kh, stride_st, c,
+                                   True, CW, HEAD_DIM, BLOCK, 0), DT, IS_BF16, INTERPRET)
+        s = _mma_split(q_hi, q_lo, tl.trans(k_hi), tl.trans(k_lo), s, True, True, IEEE,
+                       INTERPRET)
+        qs = qs + (q_hi, q_lo)  # noqa: RUF005 (the JIT takes + on tuples, not starred ones)
+        ks = ks + (k_hi, k_lo)  # noqa: RUF005
+    return s, qs, ks
 
 
 @triton.jit
@@ -440,27 +481,19 @@ def _bwd_chunks(h, start, n, Q, K, V, DO, DQ, DK, DV, SIN,
     CW: tl.constexpr = HEAD_DIM // CHUNKS
     DT: tl.constexpr = Q.dtype.element_ty
     rows_ok = (tl.arange(0, BLOCK) < n)[:, None]
-    s = tl.zeros((BLOCK, BLOCK), dtype=tl.float32)
-    qs = ()
-    ks = ()
-    for c in tl.static_range(CHUNKS):
-        q_hi, q_lo = _split(_chunk(Q, SIN, start, n, h, stride_qt, stride_qh, stride_st, c,
-                                   True, CW, HEAD_DIM, BLOCK), DT, IS_BF16, INTERPRET)
-        k_hi, k_lo = _split(_chunk(K, SIN, start, n, h, stride_kt, stride_kh, stride_st, c,
-                                   True, CW, HEAD_DIM, BLOCK), DT, IS_BF16, INTERPRET)
-        s = _mma_split(q_hi, q_lo, tl.trans(k_hi), tl.trans(k_lo), s, True, True, IEEE,
-                       INTERPRET)
-        qs = qs + (q_hi, q_lo)  # noqa: RUF005 (the JIT takes + on tuples, not starred ones)
-        ks = ks + (k_hi, k_lo)  # noqa: RUF005
+    s, qs, ks = _qk_chunks(h, start, n, Q, K, SIN, stride_qt, stride_qh, stride_kt, stride_kh,
+                           stride_st, HEAD_DIM, BLOCK, CHUNKS, IS_BF16, IEEE, INTERPRET)
     p = _softmax(s, n, qk_scale, BLOCK)
     # dP = dO (V - m)^T, m one row vector per block (see _centred): the rotated V's mean over
-    # its n valid rows, or the plain V's first row; both taken per column, so per chunk.
+    # its n valid rows, or the plain V's first row; both taken per column, so per chunk. V's
+    # table is read at SITE 1: merged with the QK^T loop's (same addresses, no store between),
+    # both chunks' sin/cos stayed live across the softmax and spilled (sm_90: 36/32 B bf16/fp16).
     dp = tl.zeros((BLOCK, BLOCK), dtype=tl.float32)
     dos = ()
     for c in tl.static_range(CHUNKS):
         do = _load(_tile(DO + c * CW, start, n, h, stride_dot, stride_doh, BLOCK, CW))
         v = _chunk(V, SIN, start, n, h, stride_vt, stride_vh, stride_st, c, ROTATE_V, CW,
-                   HEAD_DIM, BLOCK)
+                   HEAD_DIM, BLOCK, 1)
         if ROTATE_V:
             m = tl.sum(v, axis=0) / tl.maximum(n, 1).to(tl.float32)  # padded rows are 0
             v = tl.where(rows_ok, v - m[None, :], 0.0)

@@ -88,8 +88,9 @@ PRECISION: tuple[Mutant, ...] = (
         TILE_MATH,
         "s = _mma_split(q_hi, q_lo, tl.trans(k_hi), tl.trans(k_lo), s, True, True, IEEE,",
         "s = _mma_split(q_hi, q_lo, tl.trans(k_hi), tl.trans(k_lo), s, False, False, IEEE,",
-        "chunked backward's QK^T drops the rotated q and k lo halves",
-        tests=("tests/kernels/test_attention.py::test_rotary_chunks_match_whole_tile",),
+        "chunked QK^T (forward and backward) drops the rotated q and k lo halves",
+        tests=("tests/kernels/test_attention.py::test_rotary_chunks_match_whole_tile",
+               "tests/kernels/test_attention.py::test_rotary_fwd_chunks_match_whole_tile"),
     ),
     Mutant(
         "chunks-dp-v-lo-dropped",

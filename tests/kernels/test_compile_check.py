@@ -15,8 +15,6 @@ import pytest
 from blockattn.kernels import compile_check as cc
 
 _SUBSET = "fwd-bf16-d128-off,fwd-bf16-d128-rot,bwd-bf16-d128-off,bwd-bf16-d128-rot"
-# Known spillers (see test_rotary_d128_has_no_spills): the rest of the subset must be clean.
-_KNOWN_SPILLERS = {"fwd-bf16-d128-rot", "bwd-bf16-d128-rot"}
 
 _PTXAS_LOG = """\
 ptxas info    : 11 bytes gmem
@@ -104,28 +102,13 @@ def _spills(results: list[cc.Result]) -> list[str]:
     ]
 
 
-def test_plain_d128_has_no_spills(subset_results: list[cc.Result]) -> None:
-    bad = _spills([r for r in subset_results if r.variant not in _KNOWN_SPILLERS])
+def test_d128_has_no_spills(subset_results: list[cc.Result]) -> None:
+    """Plain and fused rotary D = 128: 0 B accepted, 0 B spilled (the rotary kernels spilled
+    52/36 B at sm_90 until their tables stopped being merged across the tile: _qk_chunks,
+    _load_table)."""
+    assert all(r.accepted_spill_bytes == 0 for r in subset_results)
+    bad = _spills(subset_results)
     assert not bad, "register spills:\n" + "\n".join(bad)
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="known: the D=128 rotary kernels spill (sm_90: fwd 52-164 B; bwd 32-36 B in two "
-    "column chunks since 7973031, 448-508 B whole-tile, rotate_v=False 0 B). Triton "
-    "rematerialises the fp32 rotation + hi/lo split of q/k once per MMA operand layout (16 "
-    "layout conversions vs 5 without rotary). strict: this fails once they stop spilling.",
-)
-def test_rotary_d128_has_no_spills(subset_results: list[cc.Result]) -> None:
-    bad = _spills([r for r in subset_results if r.variant in _KNOWN_SPILLERS])
-    assert not bad, "register spills:\n" + "\n".join(bad)
-
-
-def _known_full_matrix_spiller(r: cc.Result) -> bool:
-    """The 16-bit D=128 rotary kernels (both rotary modes): see test_rotary_d128_has_no_spills."""
-    return "-d128-rot" in r.variant and r.failures and all(
-        f.startswith("spills:") for f in r.failures
-    )
 
 
 @pytest.mark.slow
@@ -134,11 +117,6 @@ def test_full_matrix_passes() -> None:
     # portable: fp32's 12 variants are not built for sm_100; Hopper path: 24 variants, sm_90 only;
     # Gluon path: 4 variants per kernel (one and two chains), sm_90 only
     assert len(results) == 72 - 12 + 24 + 8
-    bad = [
-        f"{r.variant} {r.target}: {r.error or '; '.join(r.failures)}"
-        for r in results
-        if not r.ok and not _known_full_matrix_spiller(r)
-    ]
+    bad = [f"{r.variant} {r.target}: {r.error or '; '.join(r.failures)}" for r in results
+           if not r.ok]
     assert not bad, "\n".join(bad)
-    # Still known: once these stop spilling, drop the exemption (and the xfail above).
-    assert any(_known_full_matrix_spiller(r) for r in results)

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Device work for the spill-free rotary kernels (QK^T in column chunks in the forward, the
+# backward's second-half tables kept apart: _qk_chunks, _load_table): the A/B against the last
+# commit's kernels, the chunk tests, compute-sanitizer on the chunked forwards, then the GPU tier,
+# the mutants and the false alarms. Results: results/<gpu>_2026-11-26*/.
+#   phase a: the A/B (bf16, fp16, medians of 3 alternating rounds), the rotary kernel tests,
+#            compute-sanitizer (memcheck) on the chunked forward tests
+#   phase m: the GPU tier (not slow), all mutants against the H100 baseline, false alarms
+# Usage: bash benchmarks/gpu_tables.sh a|m OUTDIR [COMMIT]   (phase a needs .ab/a carried:
+#   mkdir -p .ab/a && git archive BASE blockattn/kernels | tar -x -C .ab/a --strip-components 2)
+set -uo pipefail
+phase=$1
+out=${2:-$OUT}
+export BLOCKATTN_GIT_COMMIT=${3:-unknown}  # the device copy has no usable .git
+r=$out/run
+mkdir -p "$r"
+source "$(dirname "$0")/gpu_steps.sh"
+step install python3 -m pip install -q --no-deps --no-build-isolation -e .
+if [ "$phase" = a ]; then
+  step ab timeout 240 python3 benchmarks/ab_kernels.py --a .ab/a --out "$r/ab" \
+    --dtypes bf16,fp16 --rounds 3
+  step rotary_tests timeout 200 python3 -m pytest -n 8 -q -p no:cacheprovider tests/kernels \
+    -k "rot or sinu or chunks"
+  step sanitizer timeout 150 /usr/local/cuda/bin/compute-sanitizer --tool memcheck \
+    --error-exitcode 9 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_attention.py \
+    -k "fwd_chunks and bf16 and rotate-v"
+fi
+if [ "$phase" = m ]; then
+  step pytest_gpu timeout 330 python3 -m pytest -n 8 -m "not slow" -q -p no:cacheprovider
+  step mutants timeout 300 python3 -m blockattn mutants --jobs 14 --tolerances v5 \
+    --baseline ci/baselines/h100/report.json --out "$r/mutants"
+  step false_alarms timeout 200 python3 -m blockattn false-alarms --tolerances v5 --seeds 8 \
+    --fuzz 2 --every-distribution --profile gpu --out "$r/false_alarms"
+fi
+tar -czf "$out/run.tgz" -C "$out" run
