@@ -24,30 +24,28 @@ from pathlib import Path
 
 import torch
 
-_PKG = "blockattn_kernels_a"
 
-
-def _load(folder: Path):
+def _load(folder: Path, pkg_name: str = "blockattn_kernels_a"):
     """The saved kernels folder as its own package (its imports of blockattn.kernels.X that it
     holds pointed at itself; Triton needs real source files, so they are written out)."""
     import re
     import tempfile
 
     root = Path(tempfile.mkdtemp(prefix="ab_"))
-    pkg = root / _PKG
+    pkg = root / pkg_name
     pkg.mkdir()
     names = {p.stem for p in folder.glob("*.py")} - {"__init__", "tiles"}
     for src in folder.glob("*.py"):
         text = src.read_text()
         for name in names:
-            text = re.sub(rf"from blockattn\.kernels\.{name} import", f"from {_PKG}.{name} import",
-                          text)
+            text = re.sub(rf"from blockattn\.kernels\.{name} import",
+                          f"from {pkg_name}.{name} import", text)
             text = re.sub(rf"from blockattn\.kernels import {name} as",
-                          f"from {_PKG} import {name} as", text)
+                          f"from {pkg_name} import {name} as", text)
         (pkg / src.name).write_text(text)
     (pkg / "__init__.py").touch()
     sys.path.insert(0, str(root))
-    return importlib.import_module(f"{_PKG}.dispatch")
+    return importlib.import_module(f"{pkg_name}.dispatch")
 
 
 def _apart(a: torch.Tensor, b: torch.Tensor) -> int:
@@ -68,14 +66,18 @@ def main() -> int:
                     help="timings per kernel, A and B alternating; the median is reported")
     ap.add_argument("--dtypes", default="bf16", help="comma-separated among bf16, fp16")
     ap.add_argument("--dims", default="128,64")
+    ap.add_argument("--b", type=Path, default=None,
+                    help="saved copy of blockattn/kernels as version B (default: the working tree)")
+    ap.add_argument("--rotary", choices=("both", "on", "off"), default="both")
     args = ap.parse_args()
-    import blockattn.kernels.dispatch as kb
+    import blockattn.kernels.dispatch as kb_tree
     from blockattn.bench.case import make_bench_case
     from blockattn.bench.measure import copy_ceiling, time_ms
     from blockattn.kernels.tiles import build_tile_table
     from blockattn.run.execute import device_info, git_commit
 
     ka = _load(args.a)
+    kb = _load(args.b, "blockattn_kernels_b") if args.b else kb_tree
     dev = torch.device("cuda")
     ceiling = copy_ceiling(4 << 30, 25, args.rep_ms, False)
     rows = []
@@ -86,7 +88,7 @@ def main() -> int:
                                 dtype=dtype, device=dev)
             table = build_tile_table(c.offsets, c.T, 64)
             nbytes = c.q.numel() * c.q.element_size()
-            for rotary in (False, True):
+            for rotary in {"both": (False, True), "on": (True,), "off": (False,)}[args.rotary]:
                 sinu = c.sinu if rotary else None  # the production table is fp32
                 for kind, passes in (("fwd", 4), ("bwd", 7)):
                     res = {"dtype": dname, "D": D, "rotary": rotary, "kernel": kind,

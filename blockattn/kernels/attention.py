@@ -74,7 +74,7 @@ def _fwd_tile(h, start, n, Q, K, V, O, SIN,
     V_LATE: tl.constexpr = CHUNKED or (not ROTARY and HEAD_DIM > 64)
     if CHUNKED:
         s, _, _ = _qk_chunks(h, start, n, Q, K, SIN, stride_qt, stride_qh, stride_kt, stride_kh,
-                             stride_st, HEAD_DIM, BLOCK, CHUNKS, IS_BF16, IEEE, INTERPRET)
+                             stride_st, HEAD_DIM, BLOCK, CHUNKS, False, IS_BF16, IEEE, INTERPRET)
         p = _softmax(s, n, qk_scale, BLOCK)
     else:
         q = _load(_tile(Q, start, n, h, stride_qt, stride_qh, BLOCK, HEAD_DIM))
@@ -219,14 +219,30 @@ class LaunchConfig:
 # (results/h100_2026-11-26/chunks_ab/); H200 bf16 6.964 vs 7.211, fp16 6.724 vs 7.334
 # (results/h200_2026-11-26b/chunks_final/). Four chunks spill 0 B but are slower (H100 bf16
 # 9.258 ms: more, smaller MMAs); at D=64 a chunk would be 32 columns, where a triton 3.6 forward
-# with such dots miscompiled (results/h200_2026-11-26b/chunks/): D=64 stays whole.
+# with such dots miscompiled (results/h200_2026-11-26b/chunks/): D=64 stays whole. Its 36/32 B
+# were tables, not the tile: Triton merged the V loop's sin/cos loads with the QK^T loop's (same
+# addresses, no store between) and kept both chunks' tables live across the softmax. Read at a
+# site of their own (_load_table) with q/k's chunk loads issued first (_qk_chunks PRELOAD), it
+# spills 0 B at the same speed: H100 same-run A/B against the spilling kernel, bf16 7.068-7.081
+# vs 7.040-7.086 ms, fp16 6.887-6.906 vs 6.783-6.827 (results/h100_2026-11-26b/).
+# The rotary forward, chunked the same way (QK^T in two chunks, V loaded after P), spills 0 B
+# but is faster only at fp16 D=128 (163 registers, 3 CTAs per SM: 3.028 vs 3.191 ms whole-tile,
+# which spills 164 B): DTYPE_CONFIGS. bf16 D=128 (181 registers, 2 CTAs: 3.651-4.286 vs 3.084-
+# 3.101 ms) and D=64 at its 128 cap (0 B: 1.627-1.822 vs 1.356-1.395 ms) stay whole and accept
+# their measured spills (sm_90: 52 B, 48/40 B): the spill-free forward is 1.18-1.39x slower.
 _STAGES = {"fwd": 1, "bwd": 2}  # no loop to pipeline at one tile per program: no effect
 CONFIGS: dict[tuple[str, bool, int], LaunchConfig] = {
     ("fwd", False, 128): LaunchConfig(4, 1, 0, maxnreg=128),
-    ("fwd", True, 64): LaunchConfig(4, 1, 0, maxnreg=128, chunks=2),
-    ("fwd", True, 128): LaunchConfig(4, 1, 0, chunks=2),
+    ("fwd", True, 64): LaunchConfig(4, 1, 0, maxnreg=128, accepted_spill_bytes=128),
+    ("fwd", True, 128): LaunchConfig(4, 1, 0, accepted_spill_bytes=52),
     ("bwd", True, 64): LaunchConfig(4, 2, 0, maxnreg=168, accepted_spill_bytes=128),
     ("bwd", True, 128): LaunchConfig(4, 2, 0, chunks=2),
+}
+
+
+# Where one 16-bit dtype measured another config faster, over CONFIGS.
+DTYPE_CONFIGS: dict[tuple[str, bool, int, torch.dtype], LaunchConfig] = {
+    ("fwd", True, 128, torch.float16): LaunchConfig(4, 1, 0, chunks=2),
 }
 
 
@@ -237,7 +253,8 @@ def launch_config(kernel: str, rotary: bool, head_dim: int,
         # The tuned configs are for 16-bit inputs. fp32 inputs (the exact-input reference path:
         # ieee dots lowered to FMA loops, not a speed path) spill kilobytes under any cap.
         return default
-    return CONFIGS.get((kernel, rotary, head_dim), default)
+    return DTYPE_CONFIGS.get((kernel, rotary, head_dim, dtype)) or CONFIGS.get(
+        (kernel, rotary, head_dim), default)
 
 
 def _grid_size(n_tiles: int, device: torch.device, cfg: LaunchConfig) -> int:

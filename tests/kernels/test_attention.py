@@ -379,19 +379,19 @@ def test_rotary_chunks_match_whole_tile(dtype: torch.dtype, rotate_v: bool) -> N
 @pytest.mark.parametrize("rotate_v", [True, False], ids=["rotate-v", "rotate-qk"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 def test_rotary_fwd_chunks_match_whole_tile(dtype: torch.dtype, rotate_v: bool, D: int) -> None:
-    """The rotary forward with QK^T in column chunks (the default at D = 128 and 64:
-    LaunchConfig.chunks, _qk_chunks) against the whole tile (chunks=1): the same products, only
-    S's fp32 sum in another order, so O within 1 ulp plus 2^-16 of its largest magnitude, as
-    in test_rotary_chunks_match_whole_tile; a lost lo half or a wrong chunk is far outside.
+    """The rotary forward with QK^T in two column chunks (_qk_chunks; the fp16 D = 128 default,
+    attention.DTYPE_CONFIGS) against the whole tile: the same products, only S's fp32 sum in
+    another order, so O within 1 ulp plus 2^-16 of its largest magnitude, as in
+    test_rotary_chunks_match_whole_tile; a lost lo half or a wrong chunk is far outside.
     O starts NaN so an unwritten element shows."""
     from blockattn.kernels import attention as A
 
-    assert A.launch_config("fwd", True, D, dtype).chunks > 1, "the default is not chunked"
+    assert A.launch_config("fwd", True, 128, torch.float16).chunks == 2
     case = make_case(lengths=[0, 1, 63, 64, 65, 129, 200], H=2, D=D, dtype=dtype, seed=12)
     q, k, v, sinu = (t.to(DEVICE) for t in (case.q, case.k, case.v, case.sinu_pos))
     table = build_tile_table(case.offsets.to(DEVICE), q.shape[0], 64)
     got = [A.launch_fwd(q, k, v, table, sinu, D**-0.5, 64, rotate_v,
-                        torch.full_like(q, float("nan")), chunks=chunks) for chunks in (None, 1)]
+                        torch.full_like(q, float("nan")), chunks=chunks) for chunks in (2, 1)]
     fa, fb = (o.double() for o in got)
     assert bool(torch.isfinite(fa).all()), "O: unwritten (NaN) or non-finite"
     tol = torch.finfo(dtype).eps * torch.maximum(fa.abs(), fb.abs()) + 2.0**-16 * float(

@@ -102,11 +102,12 @@ def _spills(results: list[cc.Result]) -> list[str]:
     ]
 
 
-def test_d128_has_no_spills(subset_results: list[cc.Result]) -> None:
-    """Plain and fused rotary D = 128: 0 B accepted, 0 B spilled (the rotary kernels spilled
-    52/36 B at sm_90 until their tables stopped being merged across the tile: _qk_chunks,
-    _load_table)."""
-    assert all(r.accepted_spill_bytes == 0 for r in subset_results)
+def test_d128_spills_within_budget(subset_results: list[cc.Result]) -> None:
+    """Every build within its config's accepted spill budget, and the D = 128 backward (plain
+    and fused rotary) at 0 B: the rotary one spilled 36 B at sm_90 until its tables stopped
+    being merged across the tile (_load_table). The one budget here, the bf16 rotary forward's
+    52 B, is measured faster than its spill-free chunked form (attention.CONFIGS)."""
+    assert all(r.accepted_spill_bytes == 0 for r in subset_results if r.variant.startswith("bwd"))
     bad = _spills(subset_results)
     assert not bad, "register spills:\n" + "\n".join(bad)
 
