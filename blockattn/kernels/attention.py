@@ -223,13 +223,14 @@ class LaunchConfig:
 # were tables, not the tile: Triton merged the V loop's sin/cos loads with the QK^T loop's (same
 # addresses, no store between) and kept both chunks' tables live across the softmax. Read at a
 # site of their own (_load_table) with q/k's chunk loads issued first (_qk_chunks PRELOAD), it
-# spills 0 B at the same speed: H100 same-run A/B against the spilling kernel, bf16 7.068-7.081
-# vs 7.040-7.086 ms, fp16 6.887-6.906 vs 6.783-6.827 (results/h100_2026-11-26b/).
+# spills 0 B; H100 same-run A/B against the spilling kernel (results/h100_2026-11-26b/final_ab/):
+# bf16 7.061 vs 7.098 ms, fp16 6.921 vs 6.794 (1.2-1.9 % slower over three runs, the price of
+# 0 B taken).
 # The rotary forward, chunked the same way (QK^T in two chunks, V loaded after P), spills 0 B
-# but is faster only at fp16 D=128 (163 registers, 3 CTAs per SM: 3.028 vs 3.191 ms whole-tile,
-# which spills 164 B): DTYPE_CONFIGS. bf16 D=128 (181 registers, 2 CTAs: 3.651-4.286 vs 3.084-
-# 3.101 ms) and D=64 at its 128 cap (0 B: 1.627-1.822 vs 1.356-1.395 ms) stay whole and accept
-# their measured spills (sm_90: 52 B, 48/40 B): the spill-free forward is 1.18-1.39x slower.
+# but is faster only at fp16 D=128 (164 registers, 3 CTAs per SM: 2.972 vs 3.202 ms whole-tile,
+# which spills 164 B): DTYPE_CONFIGS. bf16 D=128 (181 registers, 2 CTAs: 1.18-1.39x the whole
+# tile's time) and D=64 at its 128 cap (0 B: 1.19-1.30x) stay whole and accept their measured
+# spills (sm_90: 52 B, 48/40 B) (results/h100_2026-11-26b/variants/).
 _STAGES = {"fwd": 1, "bwd": 2}  # no loop to pipeline at one tile per program: no effect
 CONFIGS: dict[tuple[str, bool, int], LaunchConfig] = {
     ("fwd", False, 128): LaunchConfig(4, 1, 0, maxnreg=128),

@@ -5,7 +5,8 @@ that select their compile-time branches. Each path only loads tiles its own way.
 
 Design notes (accuracy, cancellation) are in `attention.py`'s docstring. The fused-rotary 16-bit
 backward at D = 128 runs `_bwd_chunks` (the same products in two column chunks of the head dim,
-fewer live registers; see attention.CONFIGS) instead of `_bwd_body`.
+fewer live registers; see attention.CONFIGS) instead of `_bwd_body`; where a config says so,
+the forward forms QK^T the same way (`_qk_chunks`, shared by both).
 """
 
 from __future__ import annotations
@@ -449,11 +450,11 @@ def _qk_chunks(h, start, n, Q, K, SIN, stride_qt, stride_qh, stride_kt, stride_k
     """S = sum_c Q_c K_c^T over CHUNKS column chunks of the head dim (fused rotary, 16-bit
     inputs): each chunk of q and k is rotated and split into hi/lo halves on its own, so only
     one chunk's fp32 rotation and table are live. PRELOAD issues every chunk's 16-bit loads
-    first (all in flight at once; the backward, H100 same-run A/B: 7.068-7.081 against 7.175-
-    7.192 ms bf16), else each chunk is loaded where it is rotated (the forward: 163 registers
-    against 203 with PRELOAD at fp16 D = 128, 3 CTAs per SM instead of 2; 3.028 against 3.538
-    ms). Returns S and the halves as tuples (q_hi, q_lo per chunk; k likewise) for the
-    backward's dK and dQ; the forward drops them."""
+    first, all in flight at once (the backward: 0.999-1.004x the time of the previous,
+    spilling kernel against 1.021-1.025x without, bf16, H100), else each chunk is loaded where
+    it is rotated (the forward: 164 registers against 203 with PRELOAD at fp16 D = 128, 3 CTAs
+    per SM instead of 2; 0.949x against 1.110x). Returns S and the halves as tuples (q_hi,
+    q_lo per chunk; k likewise) for the backward's dK and dQ; the forward drops them."""
     CW: tl.constexpr = HEAD_DIM // CHUNKS
     DT: tl.constexpr = Q.dtype.element_ty
     s = tl.zeros((BLOCK, BLOCK), dtype=tl.float32)
