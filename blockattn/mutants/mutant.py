@@ -11,6 +11,10 @@ TILE_MATH = "kernels/tile_math.py"  # the tile arithmetic both kernel paths shar
 DISPATCH = "kernels/dispatch.py"
 HOPPER = "kernels/attention_hopper.py"
 PREFER_HOPPER = (("BLOCKATTN_KERNEL_PATH", "prefer-hopper"),)
+# The portable kernels whatever the GPU's default: on an H200 the Gluon backward takes every plain
+# backward (D = 64 and 128), so a bug in the portable plain backward's code is reached by no
+# quick-tier case there unless this selects it.
+PORTABLE = (("BLOCKATTN_KERNEL_PATH", "portable"),)
 GLUON = "kernels/attention_gluon.py"  # the Gluon backward (sm_90 only: no interpreter)
 PREFER_GLUON = (("BLOCKATTN_KERNEL_PATH", "prefer-gluon"),)
 # Force the Gluon path's one-chain kernel (_bwd_kernel) or its two-chain kernel (_consumer)

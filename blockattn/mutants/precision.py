@@ -19,6 +19,7 @@ from blockattn.mutants.mutant import (
     GLUON,
     GLUON_CHAINS_1,
     GLUON_CHAINS_2,
+    PORTABLE,
     PREFER_GLUON,
     TILE_MATH,
     Mutant,
@@ -224,6 +225,7 @@ PRECISION: tuple[Mutant, ...] = (
         "xc = x.to(tl.float32)",
         "the plain V enters dO V^T uncentred (its first row not subtracted): dP - Di cancels "
         "in fp32 again (near-constant V; rotary with rotate_v=False too)",
+        env=PORTABLE,  # survived on an H200 without it (its plain bwd is Gluon)
     ),
     Mutant(
         "di-second-pass-dropped",
@@ -233,6 +235,7 @@ PRECISION: tuple[Mutant, ...] = (
         "return p * dp",
         "Di's second pass dropped: dS = P * (dP - Di0) with the fp32 first-pass Di0, whose "
         "rounding dP - Di then carries (near-constant or saturated inputs)",
+        env=PORTABLE,  # survived on an H200 without it (its plain bwd is Gluon)
     ),
     Mutant(
         "ds-fp16-scale-dropped",
@@ -242,6 +245,7 @@ PRECISION: tuple[Mutant, ...] = (
         "",
         "fp16 dS split without its power-of-two scale: the lo half of a small dS falls below "
         "fp16's normal range (fp16, small dS as with near-constant V)",
+        env=PORTABLE,  # survived on an H200 without it (its plain bwd is Gluon)
     ),
     # ------------------------------------------------------------------ the Gluon backward
     Mutant(
