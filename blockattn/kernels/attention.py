@@ -225,7 +225,7 @@ class LaunchConfig:
 # site of their own (_load_table) with q/k's chunk loads issued first (_qk_chunks PRELOAD), it
 # spills 0 B; H100 same-run A/B against the spilling kernel (results/h100_2026-11-26b/final_ab/):
 # bf16 7.061 vs 7.098 ms, fp16 6.921 vs 6.794 (1.2-1.9 % slower over three runs, the price of
-# 0 B taken).
+# 0 B taken); H200 bf16 6.988 vs 6.962, fp16 6.870 vs 6.707 (results/h200_2026-11-26c/ab/).
 # The rotary forward, chunked the same way (QK^T in two chunks, V loaded after P), spills 0 B
 # but is faster only at fp16 D=128 (164 registers, 3 CTAs per SM: 2.972 vs 3.202 ms whole-tile,
 # which spills 164 B): DTYPE_CONFIGS. bf16 D=128 (181 registers, 2 CTAs: 1.18-1.39x the whole
