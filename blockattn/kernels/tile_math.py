@@ -148,8 +148,10 @@ def _operand(x, SIN, start, n, stride_st, ROTATE: tl.constexpr, SPLIT: tl.conste
              INTERPRET: tl.constexpr):
     """A loaded (BLOCK, D) tile as an MMA operand: rotated tiles come back as hi/lo halves.
 
-    sin/cos are read per operand (L1 hits after the first) so the fp32 tables are never live
-    across the whole tile: that is what kept the rotary kernels from spilling.
+    sin/cos are read per operand (L1 hits after the first) so that the fp32 tables need not be
+    live across the whole tile. Triton merges such re-reads where no store lies between them
+    (CSE), so in a whole-tile body q's, k's and V's tables are one load unless read at another
+    SITE (see _load_table; the chunked bodies do that).
     """
     if ROTATE:
         sin, cos = _load_sinu(SIN, start, n, stride_st, True, BLOCK, HALF, HALF)
