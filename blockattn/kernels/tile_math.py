@@ -166,6 +166,14 @@ def _operand(x, SIN, start, n, stride_st, ROTATE: tl.constexpr, SPLIT: tl.conste
 
 
 @triton.jit
+def _minus_mean(x, n, rows_ok):
+    """x (fp32, rows >= n zero) minus the mean of its n valid rows; padded rows (rows_ok False,
+    a (BLOCK, 1) mask) stay 0."""
+    m = tl.sum(x, axis=0) / tl.maximum(n, 1).to(tl.float32)  # padded rows are 0
+    return tl.where(rows_ok, x - m[None, :], 0.0)
+
+
+@triton.jit
 def _centred(x, row0, SIN, start, n, stride_st, ROTATE: tl.constexpr, SPLIT: tl.constexpr,
              IS_BF16: tl.constexpr, BLOCK: tl.constexpr, HALF: tl.constexpr,
              INTERPRET: tl.constexpr):
@@ -185,9 +193,8 @@ def _centred(x, row0, SIN, start, n, stride_st, ROTATE: tl.constexpr, SPLIT: tl.
     """
     if ROTATE:
         sin, cos = _load_sinu(SIN, start, n, stride_st, True, BLOCK, HALF, HALF)
-        xr = _rotate(x.to(tl.float32), sin, cos, False, BLOCK, HALF)
-        m = tl.sum(xr, axis=0) / tl.maximum(n, 1).to(tl.float32)  # padded rows are 0
-        xc = tl.where((tl.arange(0, BLOCK) < n)[:, None], xr - m[None, :], 0.0)
+        xc = _minus_mean(_rotate(x.to(tl.float32), sin, cos, False, BLOCK, HALF), n,
+                         (tl.arange(0, BLOCK) < n)[:, None])
     else:
         xc = x.to(tl.float32) - _load(row0).to(tl.float32)
     if SPLIT:
@@ -513,9 +520,8 @@ def _bwd_chunks(h, start, n, Q, K, V, DO, DQ, DK, DV, SIN,
         do = _load_chunk(DO, start, n, h, stride_dot, stride_doh, c, CW, BLOCK)
         v = _load_chunk(V, start, n, h, stride_vt, stride_vh, c, CW, BLOCK).to(tl.float32)
         if ROTATE_V:
-            v = _rotate_chunk(v, SIN, start, n, stride_st, c, CW, HEAD_DIM, BLOCK, 1)
-            m = tl.sum(v, axis=0) / tl.maximum(n, 1).to(tl.float32)  # padded rows are 0
-            v = tl.where(rows_ok, v - m[None, :], 0.0)
+            v = _minus_mean(_rotate_chunk(v, SIN, start, n, stride_st, c, CW, HEAD_DIM, BLOCK, 1),
+                            n, rows_ok)
         else:
             v = v - _load(_row0(V + c * CW, start, n, h, stride_vt, stride_vh, BLOCK,
                                 CW)).to(tl.float32)
