@@ -13,3 +13,10 @@ step() {  # step NAME CMD...: run, time, log; never stop the session on a failin
 { nvidia-smi -L; python3 -c 'import torch, triton; print(torch.__version__, triton.__version__)'; \
   date -u; git rev-parse --short HEAD 2>/dev/null; } > "$r/env.log" 2>&1
 cat "$r/env.log"
+suite() {  # suite BASELINE: the GPU tier, every mutant against BASELINE, the false alarms (v5)
+  step pytest_gpu timeout 420 python3 -m pytest -n 12 -m "not slow" -q -p no:cacheprovider
+  step mutants timeout 300 python3 -m blockattn mutants --jobs 14 --tolerances v5 \
+    --baseline "$1" --out "$r/mutants"
+  step false_alarms timeout 200 python3 -m blockattn false-alarms --tolerances v5 --seeds 8 \
+    --fuzz 2 --every-distribution --profile gpu --out "$r/false_alarms"
+}
