@@ -21,13 +21,7 @@ import sys
 from pathlib import Path
 
 import torch
-
-
-def _apart(a: torch.Tensor, b: torch.Tensor) -> int:
-    fa, fb = a.double(), b.double()
-    tol = torch.finfo(a.dtype).eps * torch.maximum(fa.abs(), fb.abs()) + 2.0**-16 * float(
-        fb.abs().max())
-    return int((~((fa - fb).abs() <= tol)).sum())
+from ab_common import elements_apart, write_rows
 
 
 def main() -> int:
@@ -43,7 +37,6 @@ def main() -> int:
     from blockattn.kernels import attention as A
     from blockattn.kernels import dispatch
     from blockattn.kernels.tiles import build_tile_table
-    from blockattn.run.execute import device_info, git_commit
 
     chunks = [int(x) for x in args.chunks.split(",")]
     dev = torch.device("cuda")
@@ -69,7 +62,7 @@ def main() -> int:
                      "apart_from_chunks1": {}, "nonfinite": {}}
         for ch in chunks:
             for g, a, b in zip(("dQ", "dK", "dV"), outs[ch], outs[chunks[0]], strict=True):
-                res["apart_from_chunks1"][f"chunks{ch}_{g}"] = _apart(a, b)
+                res["apart_from_chunks1"][f"chunks{ch}_{g}"] = elements_apart(a, b)
                 res["nonfinite"][f"chunks{ch}_{g}"] = int((~torch.isfinite(a)).sum())
         times: dict[str, list[float]] = {k: [] for k in kernels}
         for _ in range(args.rounds):
@@ -83,10 +76,7 @@ def main() -> int:
         print(json.dumps(res), flush=True)
         del c, outs, kernels
         torch.cuda.empty_cache()
-    args.out.mkdir(parents=True, exist_ok=True)
-    meta = {**device_info(), "commit": git_commit(), "ceiling": ceiling,
-            "command": "python benchmarks/ab_chunks.py " + " ".join(sys.argv[1:])}
-    (args.out / "ab_chunks.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    write_rows(args.out, "ab_chunks", ceiling, rows)
     return 0
 
 

@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 
 import torch
+from ab_common import write_rows
 
 
 def main() -> int:
@@ -41,7 +42,6 @@ def main() -> int:
     from blockattn.kernels import attention_gluon as G
     from blockattn.kernels import dispatch
     from blockattn.kernels.tiles import build_tile_table
-    from blockattn.run.execute import device_info, git_commit
 
     dev = torch.device("cuda")
     ceiling = copy_ceiling(4 << 30, 25, args.rep_ms, False)
@@ -88,10 +88,7 @@ def main() -> int:
             del c
             torch.cuda.empty_cache()
     os.environ.pop("BLOCKATTN_KERNEL_PATH", None)
-    args.out.mkdir(parents=True, exist_ok=True)
-    meta = {**device_info(), "commit": git_commit(), "ceiling": ceiling,
-            "command": "python benchmarks/ab_gluon.py " + " ".join(sys.argv[1:])}
-    (args.out / "ab_gluon.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    write_rows(args.out, "ab_gluon", ceiling, rows)
     return 0
 
 

@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 
 import torch
+from ab_common import elements_apart, write_rows
 
 
 def _load(folder: Path, pkg_name: str = "blockattn_kernels_a"):
@@ -48,13 +49,6 @@ def _load(folder: Path, pkg_name: str = "blockattn_kernels_a"):
     return importlib.import_module(f"{pkg_name}.dispatch")
 
 
-def _apart(a: torch.Tensor, b: torch.Tensor) -> int:
-    """Elements of a beyond 1 ulp + 2^-16 of b's largest magnitude from b (or non-finite)."""
-    fa, fb = a.double(), b.double()
-    tol = torch.finfo(a.dtype).eps * torch.maximum(fa.abs(), fb.abs()) + 2.0**-16 * float(
-        fb.abs().max())
-    return int((~((fa - fb).abs() <= tol)).sum())
-
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -74,7 +68,6 @@ def main() -> int:
     from blockattn.bench.case import make_bench_case
     from blockattn.bench.measure import copy_ceiling, time_ms
     from blockattn.kernels.tiles import build_tile_table
-    from blockattn.run.execute import device_info, git_commit
 
     ka = _load(args.a)
     kb = _load(args.b, "blockattn_kernels_b") if args.b else kb_tree
@@ -105,7 +98,7 @@ def main() -> int:
                     a_out, b_out = outs["A"], outs["B"]
                     if kind == "fwd":
                         a_out, b_out = (a_out,), (b_out,)
-                    res["B_apart_from_A"] = sum(_apart(b, a) for a, b in
+                    res["B_apart_from_A"] = sum(elements_apart(b, a) for a, b in
                                                 zip(a_out, b_out, strict=True))
                     res["B_nonfinite"] = sum(int((~torch.isfinite(b)).sum()) for b in b_out)
                     del outs, a_out, b_out
@@ -123,10 +116,7 @@ def main() -> int:
                     print(json.dumps(res), flush=True)
             del c
             torch.cuda.empty_cache()
-    args.out.mkdir(parents=True, exist_ok=True)
-    meta = {**device_info(), "commit": git_commit(), "ceiling": ceiling,
-            "command": "python benchmarks/ab_kernels.py " + " ".join(sys.argv[1:])}
-    (args.out / "ab_kernels.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    write_rows(args.out, "ab_kernels", ceiling, rows)
     return 0
 
 

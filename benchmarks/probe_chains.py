@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 import torch
+from ab_common import write_rows
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -35,7 +36,6 @@ def main() -> int:
     from blockattn.bench.measure import copy_ceiling, time_ms
     from blockattn.kernels import attention_gluon as G
     from blockattn.kernels.tiles import build_tile_table
-    from blockattn.run.execute import device_info, git_commit
 
     dev = torch.device("cuda")
     ceiling = copy_ceiling(4 << 30, 25, 200.0, False)
@@ -72,10 +72,7 @@ def main() -> int:
               flush=True)
         del c, grads
         torch.cuda.empty_cache()
-    args.out.mkdir(parents=True, exist_ok=True)
-    meta = {**device_info(), "commit": git_commit(), "ceiling": ceiling,
-            "command": "python benchmarks/probe_chains.py " + " ".join(sys.argv[1:])}
-    (args.out / "probe_chains.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    write_rows(args.out, "probe_chains", ceiling, rows)
     return 0
 
 
