@@ -219,9 +219,10 @@ class LaunchConfig:
 # (results/h100_2026-11-26/chunks_ab/); H200 bf16 6.964 vs 7.211, fp16 6.724 vs 7.334
 # (results/h200_2026-11-26b/chunks_final/). Four chunks spill 0 B but are slower (H100 bf16
 # 9.258 ms: more, smaller MMAs); at D=64 a chunk would be 32 columns, where a triton 3.6 forward
-# with such dots miscompiled (results/h200_2026-11-26b/chunks/): D=64 stays whole. Its 36/32 B
-# were tables, not the tile: Triton merged the V loop's sin/cos loads with the QK^T loop's (same
-# addresses, no store between) and kept both chunks' tables live across the softmax. Read at a
+# with such dots miscompiled (results/h200_2026-11-26b/chunks/): D=64 stays whole. The D=128
+# backward's remaining 36/32 B were tables, not the tile: Triton merged the V loop's sin/cos
+# loads with the QK^T loop's (same addresses, no store between) and kept both chunks' tables
+# live across the softmax. Read at a
 # site of their own (_load_table) with q/k's chunk loads issued first (_qk_chunks PRELOAD), it
 # spills 0 B; H100 same-run A/B against the spilling kernel (results/h100_2026-11-26b/final_ab/):
 # bf16 7.061 vs 7.098 ms, fp16 6.921 vs 6.794 (1.2-1.9 % slower over three runs, the price of
