@@ -345,6 +345,17 @@ def test_fp32_rejected_on_blackwell(monkeypatch, capability, rejected) -> None:
         ops._check_backend(fake)
 
 
+def _assert_within_ulp_and_scale(name: str, a: torch.Tensor, b: torch.Tensor) -> None:
+    """a finite everywhere and elementwise within 1 ulp of a's dtype plus 2^-16 of b's largest
+    magnitude from b (the rule of the chunk tests below)."""
+    fa, fb = a.double(), b.double()
+    assert bool(torch.isfinite(fa).all()), f"{name}: unwritten (NaN) or non-finite"
+    tol = torch.finfo(a.dtype).eps * torch.maximum(fa.abs(), fb.abs()) + 2.0**-16 * float(
+        fb.abs().max())
+    apart = int((~((fa - fb).abs() <= tol)).sum())
+    assert apart == 0, f"{name}: {apart} of {fa.numel()} elements beyond 1 ulp + 2^-16 max"
+
+
 @pytest.mark.parametrize("rotate_v", [True, False], ids=["rotate-v", "rotate-qk"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 def test_rotary_chunks_match_whole_tile(dtype: torch.dtype, rotate_v: bool) -> None:
@@ -367,12 +378,7 @@ def test_rotary_chunks_match_whole_tile(dtype: torch.dtype, rotate_v: bool) -> N
         got.append(A.launch_bwd(q, k, v, do, table, sinu, 128**-0.5, 64, rotate_v, grads,
                                 chunks=chunks))
     for name, a, b in zip(("dQ", "dK", "dV"), *got, strict=True):
-        fa, fb = a.double(), b.double()
-        assert bool(torch.isfinite(fa).all()), f"{name}: unwritten (NaN) or non-finite"
-        tol = torch.finfo(dtype).eps * torch.maximum(fa.abs(), fb.abs()) + 2.0**-16 * float(
-            fb.abs().max())
-        apart = int((~((fa - fb).abs() <= tol)).sum())
-        assert apart == 0, f"{name}: {apart} of {fa.numel()} elements beyond 1 ulp + 2^-16 max"
+        _assert_within_ulp_and_scale(name, a, b)
 
 
 @pytest.mark.parametrize("D", [128, 64])
@@ -392,9 +398,4 @@ def test_rotary_fwd_chunks_match_whole_tile(dtype: torch.dtype, rotate_v: bool, 
     table = build_tile_table(case.offsets.to(DEVICE), q.shape[0], 64)
     got = [A.launch_fwd(q, k, v, table, sinu, D**-0.5, 64, rotate_v,
                         torch.full_like(q, float("nan")), chunks=chunks) for chunks in (2, 1)]
-    fa, fb = (o.double() for o in got)
-    assert bool(torch.isfinite(fa).all()), "O: unwritten (NaN) or non-finite"
-    tol = torch.finfo(dtype).eps * torch.maximum(fa.abs(), fb.abs()) + 2.0**-16 * float(
-        fb.abs().max())
-    apart = int((~((fa - fb).abs() <= tol)).sum())
-    assert apart == 0, f"O: {apart} of {fa.numel()} elements beyond 1 ulp + 2^-16 max"
+    _assert_within_ulp_and_scale("O", *got)
