@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from blockattn.mutants.mutant import (
     ATT,
+    CHUNK_TESTS,
     GLUON,
     GLUON_CHAINS_1,
     GLUON_CHAINS_2,
@@ -17,13 +18,6 @@ from blockattn.mutants.mutant import (
     TILE_MATH,
     TILES,
     Mutant,
-)
-
-# The repository tests that judge the chunked rotary kernels against their whole-tile bodies
-# (the gate's quick tier has no D = 128 rotary case with rotate_v on).
-_CHUNK_TESTS = (
-    "tests/kernels/test_attention.py::test_rotary_chunks_match_whole_tile",
-    "tests/kernels/test_attention.py::test_rotary_fwd_chunks_match_whole_tile",
 )
 
 CORE: tuple[Mutant, ...] = (
@@ -412,7 +406,7 @@ ROTARY: tuple[Mutant, ...] = (
         "return _load_sinu(SIN + c * (CW // 2), start, n, stride_st, True, BLOCK, CW // 2,",
         "return _load_sinu(SIN + c * CW, start, n, stride_st, True, BLOCK, CW // 2,",
         "column chunk c reads the sin/cos of pairs c CW.. instead of c CW / 2..",
-        tests=_CHUNK_TESTS,
+        tests=CHUNK_TESTS,
     ),
     Mutant(
         "chunks-s-restarted",
@@ -421,7 +415,7 @@ ROTARY: tuple[Mutant, ...] = (
         "s = _mma_split(q_hi, q_lo, tl.trans(k_hi), tl.trans(k_lo), s, True, True, IEEE,",
         "s = _mma_split(q_hi, q_lo, tl.trans(k_hi), tl.trans(k_lo), s * 0, True, True, IEEE,",
         "the chunked QK^T restarts S at every chunk: only the last chunk's columns score",
-        tests=_CHUNK_TESTS,
+        tests=CHUNK_TESTS,
     ),
     Mutant(
         "chunks-dq-first-k-chunk",
@@ -430,7 +424,7 @@ ROTARY: tuple[Mutant, ...] = (
         "acc = _mma_split(ds_hi, ds_lo, ks[2 * c], ks[2 * c + 1], acc, True, True, IEEE,",
         "acc = _mma_split(ds_hi, ds_lo, ks[0], ks[1], acc, True, True, IEEE,",
         "every chunk of dQ = dS K multiplies by K's first column chunk",
-        tests=_CHUNK_TESTS,
+        tests=CHUNK_TESTS,
     ),
     Mutant(
         "chunks-dv-not-rotated-back",
@@ -439,7 +433,7 @@ ROTARY: tuple[Mutant, ...] = (
         "_store_chunk(DV, acc, SIN, start, n, h, stride_dvt, stride_dvh, stride_st, c, ROTATE_V,",
         "_store_chunk(DV, acc, SIN, start, n, h, stride_dvt, stride_dvh, stride_st, c, False,",
         "chunked backward stores dV without the transpose rotation although V was rotated",
-        tests=_CHUNK_TESTS,
+        tests=CHUNK_TESTS,
     ),
     Mutant(
         "store-drops-last-row",

@@ -21,6 +21,11 @@ PREFER_GLUON = (("BLOCKATTN_KERNEL_PATH", "prefer-gluon"),)
 # whatever the GPU's default (attention_gluon.chains), so each mutant runs the code it mutates.
 GLUON_CHAINS_1 = (("BLOCKATTN_GLUON_CHAINS", "1"),)
 GLUON_CHAINS_2 = (("BLOCKATTN_GLUON_CHAINS", "2"),)
+# The repository tests that judge the chunked rotary kernels (backward, forward) against their
+# whole-tile bodies: the gate's quick tier has no D = 128 rotary case with rotate_v on.
+CHUNK_BWD_TEST = "tests/kernels/test_attention.py::test_rotary_chunks_match_whole_tile"
+CHUNK_TESTS = (CHUNK_BWD_TEST,
+               "tests/kernels/test_attention.py::test_rotary_fwd_chunks_match_whole_tile")
 TILES = "kernels/tiles.py"
 OPS = "ops.py"
 ERROR_BOUND = "../oracles/error_bound.py"  # the FP64 bound: the `oracles` package beside blockattn

@@ -16,6 +16,8 @@ cancels (see `_bwd_tile`).
 from __future__ import annotations
 
 from blockattn.mutants.mutant import (
+    CHUNK_BWD_TEST,
+    CHUNK_TESTS,
     GLUON,
     GLUON_CHAINS_1,
     GLUON_CHAINS_2,
@@ -90,8 +92,7 @@ PRECISION: tuple[Mutant, ...] = (
         "s = _mma_split(q_hi, q_lo, tl.trans(k_hi), tl.trans(k_lo), s, True, True, IEEE,",
         "s = _mma_split(q_hi, q_lo, tl.trans(k_hi), tl.trans(k_lo), s, False, False, IEEE,",
         "chunked QK^T (forward and backward) drops the rotated q and k lo halves",
-        tests=("tests/kernels/test_attention.py::test_rotary_chunks_match_whole_tile",
-               "tests/kernels/test_attention.py::test_rotary_fwd_chunks_match_whole_tile"),
+        tests=CHUNK_TESTS,
     ),
     Mutant(
         "chunks-dp-v-lo-dropped",
@@ -100,7 +101,7 @@ PRECISION: tuple[Mutant, ...] = (
         "dp = _mma_split(do, do, tl.trans(v_hi), tl.trans(v_lo), dp, False, True, IEEE,",
         "dp = _mma_split(do, do, tl.trans(v_hi), tl.trans(v_lo), dp, False, False, IEEE,",
         "chunked backward's dO V^T drops V's lo half (the centred, rotated V rounded)",
-        tests=("tests/kernels/test_attention.py::test_rotary_chunks_match_whole_tile",),
+        tests=(CHUNK_BWD_TEST,),
     ),
     Mutant(
         "dp-rounded",
