@@ -63,6 +63,8 @@ def main() -> int:
     ap.add_argument("--b", type=Path, default=None,
                     help="saved copy of blockattn/kernels as version B (default: the working tree)")
     ap.add_argument("--rotary", choices=("both", "on", "off"), default="both")
+    ap.add_argument("--rotate-v", choices=("on", "off", "both"), default="on",
+                    help="fused rotary on V too (on), on q and k only (off), or both in turn")
     args = ap.parse_args()
     import blockattn.kernels.dispatch as kb_tree
     from blockattn.bench.case import make_bench_case
@@ -81,19 +83,23 @@ def main() -> int:
                                 dtype=dtype, device=dev)
             table = build_tile_table(c.offsets, c.T, 64)
             nbytes = c.q.numel() * c.q.element_size()
-            for rotary in {"both": (False, True), "on": (True,), "off": (False,)}[args.rotary]:
+            rotate_vs = {"on": (True,), "off": (False,), "both": (True, False)}[args.rotate_v]
+            modes = (([(False, True)] if args.rotary != "on" else [])  # (rotary, rotate_v)
+                     + ([(True, rv) for rv in rotate_vs] if args.rotary != "off" else []))
+            for rotary, rotate_v in modes:
                 sinu = c.sinu if rotary else None  # the production table is fp32
                 for kind, passes in (("fwd", 4), ("bwd", 7)):
-                    res = {"dtype": dname, "D": D, "rotary": rotary, "kernel": kind,
+                    res = {"dtype": dname, "D": D, "rotary": rotary, "rotate_v": rotate_v,
+                           "kernel": kind,
                            "floor_ms": passes * nbytes / (ceiling["tbps"] * 1e12) * 1e3}
                     fns = {}
                     for tag, mod in (("A", ka), ("B", kb)):
                         if kind == "fwd":
                             fns[tag] = functools.partial(mod.attention_fwd, c.q, c.k, c.v, table,
-                                                         sinu, c.scale, 64, True)
+                                                         sinu, c.scale, 64, rotate_v)
                         else:
                             fns[tag] = functools.partial(mod.attention_bwd, c.q, c.k, c.v, c.do,
-                                                         table, sinu, c.scale, 64, True)
+                                                         table, sinu, c.scale, 64, rotate_v)
                     outs = {tag: fn() for tag, fn in fns.items()}
                     a_out, b_out = outs["A"], outs["B"]
                     if kind == "fwd":

@@ -59,7 +59,8 @@ def _fwd_tile(h, start, n, Q, K, V, O, SIN,
               HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr,
               ROTARY: tl.constexpr, ROTATE_V: tl.constexpr, SPLIT: tl.constexpr,
               IS_BF16: tl.constexpr, IEEE: tl.constexpr, INTERPRET: tl.constexpr,
-              CHUNKS: tl.constexpr):
+              CHUNKS: tl.constexpr, K_SITE: tl.constexpr, V_SITE: tl.constexpr,
+              V_LATE: tl.constexpr):
     v_tile = _tile(V, start, n, h, stride_vt, stride_vh, BLOCK, HEAD_DIM)
     # Fused rotary, 16-bit inputs (the config's CHUNKS > 1): q and k are loaded, rotated and
     # split one column chunk at a time into S (_qk_chunks), so one chunk's fp32 rotation and
@@ -70,8 +71,9 @@ def _fwd_tile(h, start, n, Q, K, V, O, SIN,
     # helps: plain D = 128 (at its 128-register cap 0 B spilled instead of 12) and the chunked
     # rotary forward (bf16 D = 128: 180 registers against 248 with V first). The whole-tile
     # rotary forward spilled more with V late (bf16 D = 128: 248 B against 52) and plain D = 64
-    # began to spill on sm_100 (16 B): there V comes first.
-    V_LATE: tl.constexpr = CHUNKED or (not ROTARY and HEAD_DIM > 64)
+    # began to spill on sm_100 (16 B): there V comes first, unless the placement says
+    # otherwise (V_LATE, see PLACEMENTS).
+    LOAD_V_LATE: tl.constexpr = CHUNKED or (not ROTARY and HEAD_DIM > 64) or V_LATE
     if CHUNKED:
         s, _, _ = _qk_chunks(h, start, n, Q, K, SIN, stride_qt, stride_qh, stride_kt, stride_kh,
                              stride_st, HEAD_DIM, BLOCK, CHUNKS, False, IS_BF16, IEEE, INTERPRET)
@@ -79,14 +81,14 @@ def _fwd_tile(h, start, n, Q, K, V, O, SIN,
     else:
         q = _load(_tile(Q, start, n, h, stride_qt, stride_qh, BLOCK, HEAD_DIM))
         k = _load(_tile(K, start, n, h, stride_kt, stride_kh, BLOCK, HEAD_DIM))
-        if not V_LATE:
+        if not LOAD_V_LATE:
             v = _load(v_tile)
         p = _fwd_probs(q, k, SIN, start, n, stride_st, qk_scale, HEAD_DIM, BLOCK, ROTARY, SPLIT,
-                       IS_BF16, IEEE, INTERPRET)
-    if V_LATE:
+                       IS_BF16, IEEE, INTERPRET, K_SITE)
+    if LOAD_V_LATE:
         v = _load(v_tile)
     _fwd_out(p, v, h, start, n, O, SIN, stride_ot, stride_oh, stride_st, HEAD_DIM, BLOCK,
-             ROTATE_V, SPLIT, IS_BF16, IEEE, INTERPRET)
+             ROTATE_V, SPLIT, IS_BF16, IEEE, INTERPRET, V_SITE)
 
 
 @triton.jit
@@ -96,7 +98,8 @@ def _fwd_kernel(Q, K, V, O, SIN, tile_start, tile_len, n_tiles, n_programs, tile
                 H: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr,
                 ROTARY: tl.constexpr, ROTATE_V: tl.constexpr, SPLIT: tl.constexpr,
                 IS_BF16: tl.constexpr, IEEE: tl.constexpr, INTERPRET: tl.constexpr,
-                PERSISTENT: tl.constexpr, CENTRED: tl.constexpr, CHUNKS: tl.constexpr):
+                PERSISTENT: tl.constexpr, CENTRED: tl.constexpr, CHUNKS: tl.constexpr,
+                K_SITE: tl.constexpr, V_SITE: tl.constexpr, V_LATE: tl.constexpr):
     # CENTRED is read by the backward only; it is here so both kernels take the same _flags.
     pid = tl.program_id(0)
     if PERSISTENT:
@@ -108,14 +111,16 @@ def _fwd_kernel(Q, K, V, O, SIN, tile_start, tile_len, n_tiles, n_programs, tile
             _fwd_tile(h, start, n, Q, K, V, O, SIN,
                       stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
                       stride_ot, stride_oh, stride_st, qk_scale,
-                      HEAD_DIM, BLOCK, ROTARY, ROTATE_V, SPLIT, IS_BF16, IEEE, INTERPRET, CHUNKS)
+                      HEAD_DIM, BLOCK, ROTARY, ROTATE_V, SPLIT, IS_BF16, IEEE, INTERPRET, CHUNKS,
+                      K_SITE, V_SITE, V_LATE)
     else:  # one tile per program (always so under the interpreter): skip empty slots
         h, start, n = _tile_at(pid, tile_start, tile_len, n_tiles, H)
         if n > 0:
             _fwd_tile(h, start, n, Q, K, V, O, SIN,
                       stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
                       stride_ot, stride_oh, stride_st, qk_scale,
-                      HEAD_DIM, BLOCK, ROTARY, ROTATE_V, SPLIT, IS_BF16, IEEE, INTERPRET, CHUNKS)
+                      HEAD_DIM, BLOCK, ROTARY, ROTATE_V, SPLIT, IS_BF16, IEEE, INTERPRET, CHUNKS,
+                      K_SITE, V_SITE, V_LATE)
 
 
 # ----------------------------------------------------------------------------- backward
@@ -129,7 +134,8 @@ def _bwd_tile(h, start, n, Q, K, V, DO, DQ, DK, DV, SIN,
               HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr,
               ROTARY: tl.constexpr, ROTATE_V: tl.constexpr, SPLIT: tl.constexpr,
               IS_BF16: tl.constexpr, IEEE: tl.constexpr, INTERPRET: tl.constexpr,
-              CENTRED: tl.constexpr, CHUNKS: tl.constexpr):
+              CENTRED: tl.constexpr, CHUNKS: tl.constexpr, K_SITE: tl.constexpr,
+              V_SITE: tl.constexpr, V_LATE: tl.constexpr):
     if ROTARY and SPLIT and CENTRED and CHUNKS > 1:  # the config's column chunks (_bwd_chunks)
         _bwd_chunks(h, start, n, Q, K, V, DO, DQ, DK, DV, SIN,
                     stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
@@ -144,7 +150,8 @@ def _bwd_tile(h, start, n, Q, K, V, DO, DQ, DK, DV, SIN,
         _bwd_body(q, k, v, do, h, start, n, V, DQ, DK, DV, SIN, stride_vt, stride_vh,
                   stride_dqt, stride_dqh, stride_dkt, stride_dkh, stride_dvt, stride_dvh,
                   stride_st, qk_scale, sm_scale,
-                  HEAD_DIM, BLOCK, ROTARY, ROTATE_V, SPLIT, IS_BF16, IEEE, INTERPRET, CENTRED)
+                  HEAD_DIM, BLOCK, ROTARY, ROTATE_V, SPLIT, IS_BF16, IEEE, INTERPRET, CENTRED,
+                  K_SITE, V_SITE, V_LATE)
 
 
 @triton.jit
@@ -156,7 +163,8 @@ def _bwd_kernel(Q, K, V, DO, DQ, DK, DV, SIN,
                 H: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr,
                 ROTARY: tl.constexpr, ROTATE_V: tl.constexpr, SPLIT: tl.constexpr,
                 IS_BF16: tl.constexpr, IEEE: tl.constexpr, INTERPRET: tl.constexpr,
-                PERSISTENT: tl.constexpr, CENTRED: tl.constexpr, CHUNKS: tl.constexpr):
+                PERSISTENT: tl.constexpr, CENTRED: tl.constexpr, CHUNKS: tl.constexpr,
+                K_SITE: tl.constexpr, V_SITE: tl.constexpr, V_LATE: tl.constexpr):
     pid = tl.program_id(0)
     if PERSISTENT:  # branch-free, as in _fwd_kernel
         for i in tl.range(0, tiles_per_program):
@@ -166,7 +174,7 @@ def _bwd_kernel(Q, K, V, DO, DQ, DK, DV, SIN,
                       stride_dot, stride_doh, stride_dqt, stride_dqh, stride_dkt, stride_dkh,
                       stride_dvt, stride_dvh, stride_st, qk_scale, sm_scale,
                       HEAD_DIM, BLOCK, ROTARY, ROTATE_V, SPLIT, IS_BF16, IEEE, INTERPRET,
-                      CENTRED, CHUNKS)
+                      CENTRED, CHUNKS, K_SITE, V_SITE, V_LATE)
     else:
         h, start, n = _tile_at(pid, tile_start, tile_len, n_tiles, H)
         if n > 0:
@@ -175,7 +183,7 @@ def _bwd_kernel(Q, K, V, DO, DQ, DK, DV, SIN,
                       stride_dot, stride_doh, stride_dqt, stride_dqh, stride_dkt, stride_dkh,
                       stride_dvt, stride_dvh, stride_st, qk_scale, sm_scale,
                       HEAD_DIM, BLOCK, ROTARY, ROTATE_V, SPLIT, IS_BF16, IEEE, INTERPRET,
-                      CENTRED, CHUNKS)
+                      CENTRED, CHUNKS, K_SITE, V_SITE, V_LATE)
 
 # ----------------------------------------------------------------------------- launchers
 
@@ -230,14 +238,16 @@ class LaunchConfig:
 # The rotary forward, chunked the same way (QK^T in two chunks, V loaded after P), spills 0 B
 # but is faster only at fp16 D=128 (164 registers, 3 CTAs per SM: 2.972 vs 3.202 ms whole-tile,
 # which spills 164 B): DTYPE_CONFIGS. bf16 D=128 (181 registers, 2 CTAs: 1.18-1.39x the whole
-# tile's time) and D=64 at its 128 cap (0 B: 1.19-1.30x) stay whole and accept their measured
-# spills (sm_90: 52 B, 48/40 B) (results/h100_2026-11-26b/variants/).
+# tile's time) and D=64 at its 128 cap (0 B: 1.19-1.30x) stay whole (results/h100_2026-11-26b/
+# variants/). The whole-tile D=64 kernels' spills are then down to where their tables are read
+# (PLACEMENTS): the bf16 forward and the fp16 backward spill 0 B; the fp16 forward keeps 40 B
+# (sm_90, rotate_v), the bf16 backward 96 B (sm_100; 32 B sm_90), the bf16 D=128 forward 52 B.
 _STAGES = {"fwd": 1, "bwd": 2}  # no loop to pipeline at one tile per program: no effect
 CONFIGS: dict[tuple[str, bool, int], LaunchConfig] = {
     ("fwd", False, 128): LaunchConfig(4, 1, 0, maxnreg=128),
-    ("fwd", True, 64): LaunchConfig(4, 1, 0, maxnreg=128, accepted_spill_bytes=128),
+    ("fwd", True, 64): LaunchConfig(4, 1, 0, maxnreg=128),
     ("fwd", True, 128): LaunchConfig(4, 1, 0, accepted_spill_bytes=52),
-    ("bwd", True, 64): LaunchConfig(4, 2, 0, maxnreg=168, accepted_spill_bytes=128),
+    ("bwd", True, 64): LaunchConfig(4, 2, 0, maxnreg=168, accepted_spill_bytes=96),
     ("bwd", True, 128): LaunchConfig(4, 2, 0, chunks=2),
 }
 
@@ -245,6 +255,10 @@ CONFIGS: dict[tuple[str, bool, int], LaunchConfig] = {
 # Where one 16-bit dtype measured another config faster, over CONFIGS.
 DTYPE_CONFIGS: dict[tuple[str, bool, int, torch.dtype], LaunchConfig] = {
     ("fwd", True, 128, torch.float16): LaunchConfig(4, 1, 0, chunks=2),
+    # the rotary D = 64 kernels' spills differ by dtype (PLACEMENTS): fp16's forward keeps 40 B
+    # (sm_90, rotate_v), its backward none; bf16's in CONFIGS (fwd 0 B, bwd 96 B on sm_100)
+    ("fwd", True, 64, torch.float16): LaunchConfig(4, 1, 0, maxnreg=128, accepted_spill_bytes=40),
+    ("bwd", True, 64, torch.float16): LaunchConfig(4, 2, 0, maxnreg=168),
 }
 
 
@@ -257,6 +271,48 @@ def launch_config(kernel: str, rotary: bool, head_dim: int,
         return default
     return DTYPE_CONFIGS.get((kernel, rotary, head_dim, dtype)) or CONFIGS.get(
         (kernel, rotary, head_dim), default)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a fused-rotary whole-tile kernel reads its sin/cos tables and forms V: choices that
+    change no arithmetic, only which values ptxas must keep live (see _load_table)."""
+    k_site: int = 0  # k's table: 0 = q's load (merged), 1 = a load of its own
+    v_site: int = 0  # the rotated V's table: 0 = merged with q's and k's, 1 = its own
+    v_late: bool = False  # V loaded (forward) or centred (plain V, backward) after QK^T
+
+
+# Per (kernel, head dim, dtype, rotate_v), fused rotary only; absent = Placement(). Searched on
+# CPU over every combination of the three fields with `compile-check` (sm_90 and sm_100, ptxas
+# of triton 3.6), then timed against the default placement in one run (H100, shape P, medians of
+# 3 alternating rounds, results/h100_2026-11-26c/placement_ab/; outputs 0 elements apart).
+# Register allocation decides these, not arithmetic: a kernel change can move them, and
+# compile-check's budgets say so. Spills (sm_90 / sm_100, B) default -> placed, time placed/default:
+#   fwd D64 bf16, rotate_v:  48 / 8  -> 0 / 0 with V late:                         1.020
+#   fwd D64 fp16, q/k only:   0 / 24 -> 0 / 0 with k's table at its own site:      1.022
+#   bwd D64 fp16, rotate_v:   8 / 100 -> 0 / 0 with k's and V's tables apart:      1.014
+#   bwd D64 fp16, q/k only:  40 / 0  -> 0 / 0 with k's table apart:                1.009
+#   bwd D64 bf16, q/k only:  68 / 0  -> 24 / 0 with the plain V centred after QK^T: 0.991
+# Taken: every placement that is spill-free on both targets at a price of at most 2.5 % (the
+# price taken for the 0 B fp16 D = 128 backward, see CONFIGS), and one that only spills less
+# where it is not slower. Not taken (measured): fwd D64 fp16 rotate_v 0 / 0 B with V late and its
+# table apart, 1.057; bwd D64 bf16 rotate_v 16 / 4 B with k's and V's tables apart, 1.013 (no
+# combination reached 0 B for the bf16 backward); fwd D128 bf16 rotate_v 40 / 12 B (52 / 32
+# default) with V late and its table apart, 1.240.
+PLACEMENTS: dict[tuple[str, int, torch.dtype, bool], Placement] = {
+    ("fwd", 64, torch.bfloat16, True): Placement(v_late=True),
+    ("fwd", 64, torch.float16, False): Placement(k_site=1),
+    ("bwd", 64, torch.float16, True): Placement(k_site=1, v_site=1),
+    ("bwd", 64, torch.float16, False): Placement(k_site=1),
+    ("bwd", 64, torch.bfloat16, False): Placement(v_late=True),
+}
+
+
+def placement_flags(kernel: str, head_dim: int, dtype: torch.dtype, rotary: bool,
+                    rotate_v: bool) -> dict:
+    """The kernels' K_SITE, V_SITE, V_LATE constexprs (PLACEMENTS; the default without rotary)."""
+    p = PLACEMENTS.get((kernel, head_dim, dtype, rotate_v), Placement()) if rotary else Placement()
+    return dict(K_SITE=p.k_site, V_SITE=p.v_site, V_LATE=p.v_late)
 
 
 def _grid_size(n_tiles: int, device: torch.device, cfg: LaunchConfig) -> int:
@@ -287,6 +343,7 @@ def launch_fwd(q: Tensor, k: Tensor, v: Tensor, table: TileTable, sinu_pos: Tens
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, maxnreg=cfg.maxnreg,
         PERSISTENT=grid < n_tiles, CHUNKS=cfg.chunks if chunks is None else chunks,
         **_flags(q, sinu_pos, rotate_v),
+        **placement_flags("fwd", D, q.dtype, sinu_pos is not None, rotate_v),
     )  # fmt: skip
     return o
 
@@ -315,5 +372,6 @@ def launch_bwd(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor, table: TileTab
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, maxnreg=cfg.maxnreg,
         PERSISTENT=grid < n_tiles, CHUNKS=cfg.chunks if chunks is None else chunks,
         **_flags(q, sinu_pos, rotate_v, centred),
+        **placement_flags("bwd", D, q.dtype, sinu_pos is not None, rotate_v),
     )  # fmt: skip
     return dq, dk, dv

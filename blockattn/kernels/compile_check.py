@@ -240,6 +240,8 @@ def _compile_one(variant: Variant, target: str) -> Result:
         cfg = A.launch_config(variant.kernel, variant.rotary != "off", variant.head_dim, dtype)
         constexprs["PERSISTENT"] = cfg.programs_per_sm > 0  # what a launch at shape P builds
         constexprs["CHUNKS"] = cfg.chunks  # column chunks of the fused rotary 16-bit kernels
+        constexprs.update(A.placement_flags(variant.kernel, variant.head_dim, dtype,
+                                            variant.rotary != "off", variant.rotary == "rot"))
     signature: dict[str, str] = {}
     attrs: dict[tuple[int, ...], list[list[Any]]] = {}
     for i, p in enumerate(fn.params):

@@ -145,16 +145,16 @@ def _load_sinu(SIN, start, n, stride_st, ROTARY: tl.constexpr, BLOCK: tl.constex
 @triton.jit
 def _operand(x, SIN, start, n, stride_st, ROTATE: tl.constexpr, SPLIT: tl.constexpr,
              IS_BF16: tl.constexpr, BLOCK: tl.constexpr, HALF: tl.constexpr,
-             INTERPRET: tl.constexpr):
+             INTERPRET: tl.constexpr, SITE: tl.constexpr = 0):
     """A loaded (BLOCK, D) tile as an MMA operand: rotated tiles come back as hi/lo halves.
 
     sin/cos are read per operand (L1 hits after the first) so that the fp32 tables need not be
     live across the whole tile. Triton merges such re-reads where no store lies between them
     (CSE), so in a whole-tile body q's, k's and V's tables are one load unless read at another
-    SITE (see _load_table; the chunked bodies do that).
+    SITE (see _load_table; the chunked bodies and the launch config's placement do that).
     """
     if ROTATE:
-        sin, cos = _load_sinu(SIN, start, n, stride_st, True, BLOCK, HALF, HALF)
+        sin, cos = _load_sinu(SIN, start, n, stride_st, True, BLOCK, HALF, HALF, SITE)
         xr = _rotate(x.to(tl.float32), sin, cos, False, BLOCK, HALF)
         if SPLIT:
             hi, lo = _split(xr, x.dtype, IS_BF16, INTERPRET)
@@ -176,7 +176,7 @@ def _minus_mean(x, n, rows_ok):
 @triton.jit
 def _centred(x, row0, SIN, start, n, stride_st, ROTATE: tl.constexpr, SPLIT: tl.constexpr,
              IS_BF16: tl.constexpr, BLOCK: tl.constexpr, HALF: tl.constexpr,
-             INTERPRET: tl.constexpr):
+             INTERPRET: tl.constexpr, SITE: tl.constexpr = 0):
     """A loaded (BLOCK, D) tile minus one row vector m, as hi/lo MMA operand halves.
 
     Used for V in the backward, where any m subtracted from every row leaves dP - Di unchanged
@@ -192,7 +192,7 @@ def _centred(x, row0, SIN, start, n, stride_st, ROTATE: tl.constexpr, SPLIT: tl.
       finite, in columns where P is 0.
     """
     if ROTATE:
-        sin, cos = _load_sinu(SIN, start, n, stride_st, True, BLOCK, HALF, HALF)
+        sin, cos = _load_sinu(SIN, start, n, stride_st, True, BLOCK, HALF, HALF, SITE)
         xc = _minus_mean(_rotate(x.to(tl.float32), sin, cos, False, BLOCK, HALF), n,
                          (tl.arange(0, BLOCK) < n)[:, None])
     else:
@@ -270,27 +270,29 @@ def _tile_at(tile, tile_start, tile_len, n_tiles, H: tl.constexpr):
 def _fwd_body(q, k, v, h, start, n, O, SIN, stride_ot, stride_oh, stride_st, qk_scale,
               HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr,
               ROTARY: tl.constexpr, ROTATE_V: tl.constexpr, SPLIT: tl.constexpr,
-              IS_BF16: tl.constexpr, IEEE: tl.constexpr, INTERPRET: tl.constexpr):
+              IS_BF16: tl.constexpr, IEEE: tl.constexpr, INTERPRET: tl.constexpr,
+              K_SITE: tl.constexpr = 0, V_SITE: tl.constexpr = 0):
     """The forward of one tile from its loaded q, k, v (rows >= n zero): the body of the Hopper
     TMA kernel (blockattn.kernels.attention_hopper), which loads them its own way. The portable
     kernel runs its two halves itself, loading V in between."""
     p = _fwd_probs(q, k, SIN, start, n, stride_st, qk_scale, HEAD_DIM, BLOCK, ROTARY, SPLIT,
-                   IS_BF16, IEEE, INTERPRET)
+                   IS_BF16, IEEE, INTERPRET, K_SITE)
     _fwd_out(p, v, h, start, n, O, SIN, stride_ot, stride_oh, stride_st, HEAD_DIM, BLOCK,
-             ROTATE_V, SPLIT, IS_BF16, IEEE, INTERPRET)
+             ROTATE_V, SPLIT, IS_BF16, IEEE, INTERPRET, V_SITE)
 
 
 @triton.jit
 def _fwd_probs(q, k, SIN, start, n, stride_st, qk_scale,
                HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr, ROTARY: tl.constexpr,
                SPLIT: tl.constexpr, IS_BF16: tl.constexpr, IEEE: tl.constexpr,
-               INTERPRET: tl.constexpr):
-    """The forward's first half: P of one tile from its loaded q, k."""
+               INTERPRET: tl.constexpr, K_SITE: tl.constexpr = 0):
+    """The forward's first half: P of one tile from its loaded q, k (k's table read at K_SITE,
+    see _load_table: 0 shares q's load)."""
     HALF: tl.constexpr = HEAD_DIM // 2
     q_hi, q_lo = _operand(q, SIN, start, n, stride_st, ROTARY, SPLIT, IS_BF16,
                           BLOCK, HALF, INTERPRET)
     k_hi, k_lo = _operand(k, SIN, start, n, stride_st, ROTARY, SPLIT, IS_BF16,
-                          BLOCK, HALF, INTERPRET)
+                          BLOCK, HALF, INTERPRET, K_SITE)
     p = _probs(q_hi, q_lo, k_hi, k_lo, n, qk_scale, ROTARY and SPLIT, IEEE, INTERPRET, BLOCK)
     return p
 
@@ -299,12 +301,12 @@ def _fwd_probs(q, k, SIN, start, n, stride_st, qk_scale,
 def _fwd_out(p, v, h, start, n, O, SIN, stride_ot, stride_oh, stride_st,
              HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr, ROTATE_V: tl.constexpr,
              SPLIT: tl.constexpr, IS_BF16: tl.constexpr, IEEE: tl.constexpr,
-             INTERPRET: tl.constexpr):
-    """The forward's second half: O = P V of one tile, stored."""
+             INTERPRET: tl.constexpr, V_SITE: tl.constexpr = 0):
+    """The forward's second half: O = P V of one tile, stored (V's table read at V_SITE)."""
     HALF: tl.constexpr = HEAD_DIM // 2
     # V is rotated only now, after q/k are dead, to keep register pressure down.
     v_hi, v_lo = _operand(v, SIN, start, n, stride_st, ROTATE_V, SPLIT, IS_BF16,
-                          BLOCK, HALF, INTERPRET)
+                          BLOCK, HALF, INTERPRET, V_SITE)
     acc = tl.zeros((BLOCK, HEAD_DIM), dtype=tl.float32)
     if SPLIT:
         p_hi, p_lo = _split(p, v.dtype, IS_BF16, INTERPRET)
@@ -350,20 +352,23 @@ def _bwd_body(q, k, v, do, h, start, n, V, DQ, DK, DV, SIN, stride_vt, stride_vh
               HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr,
               ROTARY: tl.constexpr, ROTATE_V: tl.constexpr, SPLIT: tl.constexpr,
               IS_BF16: tl.constexpr, IEEE: tl.constexpr, INTERPRET: tl.constexpr,
-              CENTRED: tl.constexpr):
+              CENTRED: tl.constexpr, K_SITE: tl.constexpr = 0, V_SITE: tl.constexpr = 0,
+              V_LATE: tl.constexpr = False):
     """The backward of one tile from its loaded q, k, v, dO (rows >= n zero); V is re-read only
-    for its first row (centred plain V). Also the body of the Hopper TMA kernel."""
+    for its first row (centred plain V). Also the body of the Hopper TMA kernel. K_SITE and
+    V_SITE are where k's and the rotated V's tables are read (see _load_table), V_LATE forms a
+    plain centred V after QK^T where it would come first (the launch config's placement)."""
     HALF: tl.constexpr = HEAD_DIM // 2
     QK_LO: tl.constexpr = ROTARY and SPLIT
     V_LO: tl.constexpr = (ROTATE_V or CENTRED) and SPLIT
     # Where the centred plain V is formed (H100, bf16 bwd): before QK^T at D=64 (0.62 vs 0.66 ms
     # after it), after it at D=128 (1.44 vs 1.46 ms). A rotated V always comes after, once q/k
     # are dead, for register pressure.
-    V_EARLY: tl.constexpr = CENTRED and not ROTATE_V and HEAD_DIM <= 64
+    V_EARLY: tl.constexpr = CENTRED and not ROTATE_V and HEAD_DIM <= 64 and not V_LATE
     q_hi, q_lo = _operand(q, SIN, start, n, stride_st, ROTARY, SPLIT, IS_BF16,
                           BLOCK, HALF, INTERPRET)
     k_hi, k_lo = _operand(k, SIN, start, n, stride_st, ROTARY, SPLIT, IS_BF16,
-                          BLOCK, HALF, INTERPRET)
+                          BLOCK, HALF, INTERPRET, K_SITE)
     # dP = dO V^T; Di = rowsum(P * dP) in-tile (no stored O, no preprocessing pass).
     # dS = P * (dP - Di) cancels: dP_ij and Di are large and nearly equal when V's rows nearly
     # agree or P is saturated, and their fp32 errors (~ D 2^-24 sum_d |dO_id V_jd| for dP) then
@@ -381,7 +386,7 @@ def _bwd_body(q, k, v, do, h, start, n, V, DQ, DK, DV, SIN, stride_vt, stride_vh
     if CENTRED and not V_EARLY:
         v_hi, v_lo = _centred(v, _row0(V, start, n, h, stride_vt, stride_vh, BLOCK, HEAD_DIM),
                               SIN, start, n, stride_st, ROTATE_V, SPLIT, IS_BF16,
-                              BLOCK, HALF, INTERPRET)
+                              BLOCK, HALF, INTERPRET, V_SITE)
     elif not CENTRED:
         v_hi, v_lo = _operand(v, SIN, start, n, stride_st, ROTATE_V, SPLIT, IS_BF16,
                               BLOCK, HALF, INTERPRET)

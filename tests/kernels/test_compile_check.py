@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 
 import pytest
+import torch
 
 from blockattn.kernels import compile_check as cc
 
@@ -106,10 +107,29 @@ def test_d128_spills_within_budget(subset_results: list[cc.Result]) -> None:
     """Every build within its config's accepted spill budget, and the D = 128 backward (plain
     and fused rotary) at 0 B: the rotary one spilled 36 B at sm_90 until its tables stopped
     being merged across the tile (_load_table). The one budget here, the bf16 rotary forward's
-    52 B, is measured faster than its spill-free chunked form (attention.CONFIGS)."""
+    52 B, is measured faster than its spill-free chunked form and than its least-spilling
+    placement (attention.CONFIGS, attention.PLACEMENTS)."""
     assert all(r.accepted_spill_bytes == 0 for r in subset_results if r.variant.startswith("bwd"))
     bad = _spills(subset_results)
     assert not bad, "register spills:\n" + "\n".join(bad)
+
+
+def test_placed_d64_rotary_variants_spill_free() -> None:
+    """The rotary D = 64 variants whose table placement (attention.PLACEMENTS) was taken for
+    0 B build spill-free on both targets, and their configs accept no spills: the bf16
+    forward and the fp16 backward (both rotate_v settings). A kernel edit that moves ptxas'
+    register allocation back into spilling fails here, not only in the slow full matrix."""
+    from blockattn.kernels import attention as A
+
+    names = "fwd-bf16-d64-rot,fwd-bf16-d64-rot-qk,bwd-fp16-d64-rot,bwd-fp16-d64-rot-qk"
+    results = cc.run_check(cc.select_variants(names), jobs=2)
+    assert len(results) == 8
+    for r in results:
+        assert r.error is None, f"{r.variant} {r.target}: {r.error}"
+        assert (r.spill_stores, r.spill_loads, r.accepted_spill_bytes) == (0, 0, 0), r
+    assert A.placement_flags("fwd", 64, torch.bfloat16, True, True)["V_LATE"]
+    assert A.placement_flags("fwd", 64, torch.bfloat16, False, True) == dict(
+        K_SITE=0, V_SITE=0, V_LATE=False), "placements apply to fused rotary only"
 
 
 @pytest.mark.slow

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Device work for the rotary kernels' table placements (attention.PLACEMENTS: where k's and V's
+# sin/cos are read and when V is formed, chosen for 0 B of spills on CPU): the A/B against the
+# last commit's kernels, then the GPU tier, the mutants and the false alarms.
+#   phase a: the A/B at shape P (rotary, rotate_v on and off, D 64 and 128, bf16 and fp16,
+#            medians of 3 alternating rounds) and the rotary kernel tests
+#   phase m: the GPU tier (not slow), all mutants against the H100 baseline, false alarms
+# Usage: bash benchmarks/gpu_placement.sh a|m OUTDIR [COMMIT]   (phase a needs .ab/a carried:
+#   mkdir -p .ab/a && git archive BASE blockattn/kernels | tar -x -C .ab/a --strip-components 2)
+set -uo pipefail
+phase=$1
+out=${2:-$OUT}
+export BLOCKATTN_GIT_COMMIT=${3:-unknown}  # the device copy has no usable .git
+r=$out/run
+mkdir -p "$r"
+source "$(dirname "$0")/gpu_steps.sh"
+step install python3 -m pip install -q --no-deps --no-build-isolation -e .
+if [ "$phase" = a ]; then
+  step ab timeout 300 python3 benchmarks/ab_kernels.py --a .ab/a --out "$r/ab" \
+    --dtypes bf16,fp16 --dims 64,128 --rotary on --rotate-v both --rounds 3
+  step rotary_tests timeout 200 python3 -m pytest -n 8 -q -p no:cacheprovider tests/kernels \
+    -k "rot or sinu or chunks"
+fi
+if [ "$phase" = m ]; then
+  suite ci/baselines/h100/report.json  # gpu_steps.sh (more than one 600 s call holds: split it)
+fi
+tar -czf "$out/run.tgz" -C "$out" run
