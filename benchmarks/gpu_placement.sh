@@ -4,8 +4,9 @@
 # last commit's kernels, then the GPU tier, the mutants and the false alarms.
 #   phase a: the A/B at shape P (rotary, rotate_v on and off, D 64 and 128, bf16 and fp16,
 #            medians of 3 alternating rounds) and the rotary kernel tests
-#   phase m: the GPU tier (not slow), all mutants against the H100 baseline, false alarms
-# Usage: bash benchmarks/gpu_placement.sh a|m OUTDIR [COMMIT]   (phase a needs .ab/a carried:
+#   phase t: the GPU tier (not slow); phase m: all mutants against the H100 baseline, the false
+#   alarms (gpu_steps.sh's suite, split in two: one 600 s call does not hold it)
+# Usage: bash benchmarks/gpu_placement.sh a|t|m OUTDIR [COMMIT]   (phase a needs .ab/a carried:
 #   mkdir -p .ab/a && git archive BASE blockattn/kernels | tar -x -C .ab/a --strip-components 2)
 set -uo pipefail
 phase=$1
@@ -21,7 +22,13 @@ if [ "$phase" = a ]; then
   step rotary_tests timeout 200 python3 -m pytest -n 8 -q -p no:cacheprovider tests/kernels \
     -k "rot or sinu or chunks"
 fi
+if [ "$phase" = t ]; then
+  step pytest_gpu timeout 480 python3 -m pytest -n 12 -m "not slow" -q -p no:cacheprovider
+fi
 if [ "$phase" = m ]; then
-  suite ci/baselines/h100/report.json  # gpu_steps.sh (more than one 600 s call holds: split it)
+  step mutants timeout 330 python3 -m blockattn mutants --jobs 14 --tolerances v5 \
+    --baseline ci/baselines/h100/report.json --out "$r/mutants"
+  step false_alarms timeout 200 python3 -m blockattn false-alarms --tolerances v5 --seeds 8 \
+    --fuzz 2 --every-distribution --profile gpu --out "$r/false_alarms"
 fi
 tar -czf "$out/run.tgz" -C "$out" run
