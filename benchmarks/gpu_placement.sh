@@ -4,9 +4,10 @@
 # last commit's kernels, then the GPU tier, the mutants and the false alarms.
 #   phase a: the A/B at shape P (rotary, rotate_v on and off, D 64 and 128, bf16 and fp16,
 #            medians of 3 alternating rounds) and the rotary kernel tests
+#   phase b: the A/B of what landed (D 64, 5 rounds) and the bench with the fused rotary provider
 #   phase t: the GPU tier (not slow); phase m: all mutants against the H100 baseline, the false
 #   alarms (gpu_steps.sh's suite, split in two: one 600 s call does not hold it)
-# Usage: bash benchmarks/gpu_placement.sh a|t|m OUTDIR [COMMIT]   (phase a needs .ab/a carried:
+# Usage: bash benchmarks/gpu_placement.sh a|b|t|m OUTDIR [COMMIT]   (phase a needs .ab/a carried:
 #   mkdir -p .ab/a && git archive BASE blockattn/kernels | tar -x -C .ab/a --strip-components 2)
 set -uo pipefail
 phase=$1
@@ -21,6 +22,12 @@ if [ "$phase" = a ]; then
     --dtypes bf16,fp16 --dims 64,128 --rotary on --rotate-v both --rounds 3
   step rotary_tests timeout 200 python3 -m pytest -n 8 -q -p no:cacheprovider tests/kernels \
     -k "rot or sinu or chunks"
+fi
+if [ "$phase" = b ]; then
+  step ab_d64 timeout 200 python3 benchmarks/ab_kernels.py --a .ab/a --out "$r/ab_d64" \
+    --dtypes bf16,fp16 --dims 64 --rotary on --rotate-v both --rounds 5
+  step bench timeout 240 python3 -m blockattn bench --providers blockattn,blockattn_rotary,fa2 \
+    --no-sweeps --out "$r/bench"
 fi
 if [ "$phase" = t ]; then
   step pytest_gpu timeout 480 python3 -m pytest -n 12 -m "not slow" -q -p no:cacheprovider
