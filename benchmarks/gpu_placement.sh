@@ -5,9 +5,11 @@
 #   phase a: the A/B at shape P (rotary, rotate_v on and off, D 64 and 128, bf16 and fp16,
 #            medians of 3 alternating rounds) and the rotary kernel tests
 #   phase b: the A/B of what landed (D 64, 5 rounds) and the bench with the fused rotary provider
+#   phase h (an H200): the A/B of what landed (D 64, 5 rounds), all mutants against the H200
+#   baseline, the false alarms
 #   phase t: the GPU tier (not slow); phase m: all mutants against the H100 baseline, the false
 #   alarms (gpu_steps.sh's suite, split in two: one 600 s call does not hold it)
-# Usage: bash benchmarks/gpu_placement.sh a|b|t|m OUTDIR [COMMIT]   (phase a needs .ab/a carried:
+# Usage: bash benchmarks/gpu_placement.sh a|b|h|t|m OUTDIR [COMMIT]   (phase a needs .ab/a carried:
 #   mkdir -p .ab/a && git archive BASE blockattn/kernels | tar -x -C .ab/a --strip-components 2)
 set -uo pipefail
 phase=$1
@@ -28,6 +30,14 @@ if [ "$phase" = b ]; then
     --dtypes bf16,fp16 --dims 64 --rotary on --rotate-v both --rounds 5
   step bench timeout 240 python3 -m blockattn bench --providers blockattn,blockattn_rotary,fa2 \
     --no-sweeps --out "$r/bench"
+fi
+if [ "$phase" = h ]; then
+  step ab_d64 timeout 200 python3 benchmarks/ab_kernels.py --a .ab/a --out "$r/ab_d64" \
+    --dtypes bf16,fp16 --dims 64 --rotary on --rotate-v both --rounds 5
+  step mutants timeout 300 python3 -m blockattn mutants --jobs 14 --tolerances v5 \
+    --baseline ci/baselines/h200/report.json --out "$r/mutants"
+  step false_alarms timeout 200 python3 -m blockattn false-alarms --tolerances v5 --seeds 8 \
+    --fuzz 2 --every-distribution --profile gpu --out "$r/false_alarms"
 fi
 if [ "$phase" = t ]; then
   step pytest_gpu timeout 480 python3 -m pytest -n 12 -m "not slow" -q -p no:cacheprovider
