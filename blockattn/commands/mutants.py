@@ -44,7 +44,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     add_unreleased_option(p)
     p.add_argument("--no-control", action="store_true", help="skip the unmodified control run")
-    p.add_argument("--out", type=Path, help="report dir (mutants.json, mutants.md)")
+    p.add_argument("--out", type=Path, help="report dir (mutants.json, mutants.md; the journal "
+                   "mutants.journal.jsonl, written as outcomes land)")
+    p.add_argument("--resume", action="store_true",
+                   help="with --out: keep the outcomes its journal holds from an interrupted run "
+                   "of the same plan and run only the rest")
 
 
 def _markdown(ctrl, outs, meta: dict) -> str:
@@ -80,7 +84,7 @@ def _markdown(ctrl, outs, meta: dict) -> str:
 
 def main(args: argparse.Namespace) -> int:
     from blockattn.commands._options import load_tolerances
-    from blockattn.mutants import catalog, runner
+    from blockattn.mutants import catalog, journal, runner
     from blockattn.run import env, results, session
     from blockattn.run.execute import device_info
 
@@ -99,6 +103,8 @@ def main(args: argparse.Namespace) -> int:
         raise ValueError(f"--jobs must be >= 1, got {args.jobs}")
     if not mutants:
         raise ValueError("no mutant selected (check --mutant/--group/--ci)")
+    if args.resume and args.out is None:
+        raise ValueError("--resume needs --out (the folder whose journal it continues)")
     device = env.configure()  # no kernel import in this process: workers import the copies
     ns = argparse.Namespace(tolerances=args.tolerances, no_tolerances=False,
                             allow_unreleased_tolerances=args.allow_unreleased_tolerances)
@@ -118,7 +124,22 @@ def main(args: argparse.Namespace) -> int:
         f"on {info['device']} ({info['gpu']}), {args.jobs} jobs, tolerances {tol.path}",
         file=sys.stderr,
     )
-    ctrl, outs = runner.run_mutants(mutants, plan, args.jobs, control=not args.no_control)
+    done: dict = {}
+    record = None
+    if args.out is not None:
+        fp = journal.fingerprint(plan, info)
+        if args.resume:
+            done = journal.load(args.out, fp)
+            print(f"resuming: {len(done)} outcomes from {args.out / journal.NAME}",
+                  file=sys.stderr)
+        else:
+            journal.start(args.out, fp)
+
+        def record(outcome, is_control: bool) -> None:
+            journal.append(args.out, outcome, is_control)
+
+    ctrl, outs = runner.run_mutants(mutants, plan, args.jobs, control=not args.no_control,
+                                    done=done, on_outcome=record)
     meta = {
         **info,
         "tolerances": str(tol.path),

@@ -15,13 +15,16 @@ import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from blockattn.mutants.apply import PACKAGE_DIR, make_copy
 from blockattn.mutants.mutant import Mutant
+
+CONTROL_KEY = "<control>"  # the control's entry among a resumed run's outcomes
 
 # A worker that runs longer than this is reported as "timeout" (counted as not killed): the
 # whole quick tier takes ~15 s under the interpreter and seconds on a GPU.
@@ -169,13 +172,23 @@ def run_mutants(
     jobs: int,
     timeout_s: float = WORKER_TIMEOUT_S,
     control: bool = True,
+    done: dict[str, Outcome] | None = None,
+    on_outcome: Callable[[Outcome, bool], None] | None = None,
 ) -> tuple[Outcome | None, list[Outcome]]:
     """(control outcome, one outcome per mutant in the given order). A mutant whose code runs
-    only on an sm_90 GPU is reported "not run" anywhere else (never counted as killed)."""
+    only on an sm_90 GPU is reported "not run" anywhere else (never counted as killed).
+
+    `done` holds outcomes of an interrupted run of the same plan, by mutant name (the control's
+    under CONTROL_KEY): those are not run again. `on_outcome(outcome, is_control)` is called as
+    each new outcome lands, so a caller can record it before the run ends."""
+    done = done or {}
     here = on_sm90()
     runnable = [m for m in mutants if here or not m.needs_sm90]
     ctrl = None
-    if control and runnable:
+    prior = done.get(CONTROL_KEY)
+    if control and runnable and prior is not None and prior.status == "passed":
+        ctrl = prior
+    elif control and runnable:
         # The control runs every case: any failure there makes every "kill" meaningless. It
         # runs again under each environment a selected mutant needs (the Hopper path's), and
         # the first that fails is the one reported.
@@ -192,9 +205,16 @@ def run_mutants(
             if len(envs) > 1:  # all passed: one outcome that names every environment
                 extra = "; ".join(_env_text(e) for e in envs[1:])
                 ctrl.name = f"control (unmodified, by default and under {extra})"
+        if on_outcome is not None and ctrl is not None:
+            on_outcome(ctrl, True)
+    ran = {m.name: done[m.name] for m in runnable if m.name in done}
+    todo = [m for m in runnable if m.name not in ran]
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as ex:
-        ran = dict(zip((m.name for m in runnable),
-                       ex.map(lambda m: _run_one(m, plan, timeout_s), runnable), strict=True))
+        futures = {ex.submit(_run_one, m, plan, timeout_s): m.name for m in todo}
+        for fut in as_completed(futures):
+            ran[futures[fut]] = fut.result()
+            if on_outcome is not None:
+                on_outcome(ran[futures[fut]], False)
     outs = [ran[m.name] if m.name in ran else
             Outcome(m.name, m.group, m.description, "not run",
                     detail="its code runs only on an sm_90 GPU (Gluon has no interpreter)")

@@ -179,3 +179,52 @@ def test_ci_subset_is_killed(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_every_mutant_is_killed(tmp_path: Path) -> None:
     _assert_all_killed(_run([], tmp_path))
+
+
+def test_interrupted_run_resumes_from_its_journal(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Outcomes are journaled as they land; --resume keeps a recorded kill and control (not run
+    again), runs what is missing or errored, and refuses another plan's journal."""
+    names = ["mask-off-by-one", "di-dropped", "rotary-sign-flipped"]
+    calls: list[str] = []
+
+    def fake_run_one(m, plan, timeout_s, control_env=()):
+        name = m.name if m else "control (unmodified)"
+        calls.append(name)
+        if m is None:
+            return runner.Outcome(name, "-", "no mutation", "passed", cases_run=3)
+        return runner.Outcome(m.name, m.group, m.description, "killed", kind="numeric",
+                              metric="O bound violations", case="c", cases_run=1)
+
+    monkeypatch.setattr(runner, "_run_one", fake_run_one)
+    monkeypatch.setattr(runner, "on_sm90", lambda: False)
+    args = ["mutants", *[a for n in names for a in ("--mutant", n)], "--fuzz", "0",
+            "--jobs", "1", "--out", str(tmp_path)]
+    assert cli.main(args) == 0
+    journal = tmp_path / "mutants.journal.jsonl"
+    lines = journal.read_text().splitlines()
+    assert len(lines) == 1 + 1 + 3  # fingerprint, control, one line per mutant
+    # an interrupted run: the journal ends after the control and the first mutant, which is
+    # marked so a re-run would show; a third entry errored (run again on resume)
+    first = json.loads(lines[2])
+    first["outcome"]["seconds"] = 12345.0
+    errored = json.loads(lines[3])
+    errored["outcome"]["status"] = "error"
+    journal.write_text("\n".join([lines[0], lines[1], json.dumps(first),
+                                  json.dumps(errored)]) + "\n")
+    calls.clear()
+    assert cli.main([*args, "--resume"]) == 0
+    assert len(calls) == 2 and "control (unmodified)" not in calls, calls
+    assert first["outcome"]["name"] not in calls
+    payload = json.loads((tmp_path / "mutants.json").read_text())
+    assert [o["name"] for o in payload["mutants"]] == names
+    kept = [o for o in payload["mutants"] if o["name"] == first["outcome"]["name"]]
+    assert kept[0]["seconds"] == 12345.0 and payload["control"]["status"] == "passed"
+    assert all(o["status"] == "killed" for o in payload["mutants"])
+    # another plan (a different fuzz count) never mixes with this journal
+    capsys.readouterr()
+    assert cli.main([*args[:-2], "--fuzz", "1", "--out", str(tmp_path), "--resume"]) != 0
+    assert "written by another run; differs in plan" in capsys.readouterr().err
+    assert cli.main(["mutants", "--mutant", names[0], "--resume"]) != 0
+    assert "--resume needs --out" in capsys.readouterr().err
