@@ -122,8 +122,8 @@ CORE: tuple[Mutant, ...] = (
         "core",
         TILE_MATH,
         "return p / tl.sum(p, axis=1)[:, None]",
-        "return p.to(q_hi.dtype).to(tl.float32) / tl.sum(p, axis=1)[:, None]",
-        "unnormalised P rounded to the input dtype, then divided by the fp32 row sum",
+        "return p.to(tl.bfloat16).to(tl.float32) / tl.sum(p, axis=1)[:, None]",
+        "unnormalised P rounded to bf16, then divided by the fp32 row sum",
     ),
     Mutant(
         "dv-written-to-dk",

@@ -62,10 +62,10 @@ PRECISION: tuple[Mutant, ...] = (
         _G,
         TILE_MATH,
         's = tl.where((tl.arange(0, BLOCK) < n)[None, :], s * qk_scale, float("-inf"))',
-        "s = tl.where((tl.arange(0, BLOCK) < n)[None, :], _round_to(s, q_hi.dtype, "
-        'q_hi.dtype == tl.bfloat16, INTERPRET).to(tl.float32) * qk_scale, float("-inf"))',
-        "the fp32 S = QK^T accumulator rounded to the input dtype before the softmax (fwd and "
-        "bwd recompute)",
+        "s = tl.where((tl.arange(0, BLOCK) < n)[None, :], "
+        's.to(tl.bfloat16).to(tl.float32) * qk_scale, float("-inf"))',
+        "the fp32 S = QK^T accumulator rounded to bf16 before the softmax (fwd and bwd "
+        "recompute; _softmax has no input dtype at hand, so bf16 for both 16-bit dtypes)",
     ),
     # ------------------------------------------------------------------ backward GEMMs
     Mutant(

@@ -24,6 +24,10 @@ from typing import Any
 from blockattn.mutants.apply import PACKAGE_DIR, make_copy
 from blockattn.mutants.mutant import Mutant
 
+# A failure that says the mutated copy's kernels do not compile: the mutant is broken, an error
+# (never a kill), whichever case it surfaced in.
+BROKEN_MUTANT = re.compile(r"\b(CompilationError|NameError|SyntaxError)\b")
+
 CONTROL_KEY = "<control>"  # the control's entry among a resumed run's outcomes
 
 # A worker that runs longer than this is reported as "timeout" (counted as not killed): the
@@ -143,6 +147,11 @@ def _run_one(m: Mutant | None, plan: dict[str, Any], timeout_s: float,
         out.status = "survived" if m is not None else "passed"
         return out
     first = failed[0]
+    if m is not None and BROKEN_MUTANT.search(first["failures"][0]):
+        # the mutated kernel does not compile (e.g. it names a variable its function lacks):
+        # the planted bug never ran, so nothing was shown about the suite
+        out.detail = f"the mutated source does not compile: {first['failures'][0][:300]}"
+        return out
     out.status, out.case = "killed", first["name"]
     out.failure = first["failures"][0]
     out.metric = failing_metric(out.failure)

@@ -27,15 +27,19 @@ def _judge_tests(tests: list[str], root: Path) -> list[str] | None:
               file=sys.stderr)
         return None
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    env["COLUMNS"] = "400"  # the summary lines keep their messages (80 columns cut them off)
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(root),
-         *[str(root / t) for t in tests]],
+         "--tb=short", *[str(root / t) for t in tests]],
         cwd=os.getcwd(), env=env, capture_output=True, text=True,
     )
     if proc.returncode == 0:
         return []
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(("FAILED", "ERROR"))]
-    return [f"tests: {ln}" for ln in lines] or [f"tests: pytest exit {proc.returncode}: "
+    # the first failure's traceback tail too: a control that fails must say why
+    tail = " | ".join(proc.stdout[-1200:].splitlines()[-12:])
+    return [f"tests: {ln} [output: {tail}]" for ln in lines[:1]] + [
+        f"tests: {ln}" for ln in lines[1:]] or [f"tests: pytest exit {proc.returncode}: "
                                                 f"{proc.stdout[-300:]}"]
 
 

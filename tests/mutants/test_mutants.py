@@ -84,6 +84,24 @@ def test_a_mutant_whose_tests_are_missing_is_an_error_not_a_kill(tmp_path: Path)
     assert out.status == "error" and "not found" in (out.detail or ""), out
 
 
+def test_a_mutant_that_does_not_compile_is_an_error_not_a_kill() -> None:
+    """A mutation naming a variable its jit function lacks (as two catalog mutants did once
+    _softmax was split out of _probs: "killed (crash)" on every device) plants no bug: the
+    runner reports an error, never a kill."""
+    from blockattn.mutants.runner import _run_one, quick_tier_specs
+
+    m = Mutant("softmax-names-q-hi", "core", "kernels/tile_math.py",
+               "return p / tl.sum(p, axis=1)[:, None]",
+               "return p.to(q_hi.dtype).to(tl.float32) / tl.sum(p, axis=1)[:, None]", "test")
+    tol = str(REPO / "blockattn" / "tolerances" / "v4.toml")
+    spec = next(sp for sp in quick_tier_specs(0, 0) if sp.variant == "plain")
+    plan = {"tests_root": str(REPO), "tolerances": tol, "providers": ["blockattn"],
+            "under_test": "blockattn", "baseline": "blockattn", "keep_going": False,
+            "specs": [spec.to_dict()]}  # fmt: skip
+    out = _run_one(m, plan, 300)
+    assert out.status == "error" and "does not compile" in (out.detail or ""), out
+
+
 def test_missing_anchor_is_a_loud_error(tmp_path: Path) -> None:
     m = Mutant("gone", "core", ATT, "no such text in the kernel", "x", "test")
     with pytest.raises(ValueError, match="anchor occurs 0 times"):
