@@ -302,7 +302,8 @@ class Placement:
 # 1.042; it removed a Blackwell-only spill at a price on Hopper). Not taken: fwd D64 fp16
 # rotate_v (0 / 0 B with V late and its table apart: 1.057); bwd D64 bf16 rotate_v (16 / 16 B,
 # tables apart: 1.013; no combination reached 0 B in the bf16 backward); fwd D128 bf16 rotate_v
-# (40 / 12 B against 52 / 32, V late and its table apart: 1.240).
+# (40 / 12 B against 52 / 32, V late and its table apart: 1.240; at 8 warps it spills 0 B but
+# takes 1.96x the time, results/h100_2026-11-26c/eight_warps_ab/).
 PLACEMENTS: dict[tuple[str, int, torch.dtype, bool], Placement] = {
     ("fwd", 64, torch.bfloat16, True): Placement(v_late=True),
     ("bwd", 64, torch.float16, True): Placement(k_site=1, v_site=1),
