@@ -10,12 +10,8 @@
 # Usage: bash benchmarks/gpu_chunks.sh a|m|s|t OUTDIR [COMMIT]
 set -uo pipefail
 phase=$1
-out=${2:-$OUT}
-export BLOCKATTN_GIT_COMMIT=${3:-unknown}  # the device copy has no usable .git
-r=$out/run
-mkdir -p "$r"
 source "$(dirname "$0")/gpu_steps.sh"
-step install python3 -m pip install -q --no-deps --no-build-isolation -e .
+start_run "${2:-$OUT}" "${3:-unknown}"
 if [ "$phase" = a ]; then
   step ab timeout 200 python3 benchmarks/ab_chunks.py --out "$r/ab" --chunks 1,2,4 --rounds 3
   step rotary_tests timeout 200 python3 -m pytest -n 8 -q -p no:cacheprovider tests/kernels \
@@ -41,4 +37,4 @@ if [ "$phase" = t ]; then
     --mutant chunks-dq-first-k-chunk --mutant chunks-dv-not-rotated-back \
     --mutant chunks-qk-lo-dropped --mutant chunks-dp-v-lo-dropped --out "$r/mutants_chunks"
 fi
-tar -czf "$out/run.tgz" -C "$out" run
+finish_run

@@ -4,12 +4,8 @@
 # failed their control), the gate judged against it, the bench, and every mutant against it.
 # Results: results/h200_2026-11-26c/.   Usage: bash benchmarks/gpu_h200.sh OUTDIR [COMMIT]
 set -uo pipefail
-out=${1:-$OUT}
-export BLOCKATTN_GIT_COMMIT=${2:-unknown}  # the device copy has no usable .git
-r=$out/run
-mkdir -p "$r"
 source "$(dirname "$0")/gpu_steps.sh"
-step install python3 -m pip install -q --no-deps --no-build-isolation -e .
+start_run "${1:-$OUT}" "${2:-unknown}"
 step bless_h200 timeout 150 python3 -m blockattn run --providers blockattn,fa2,eager \
   --corpus-only --tolerances v5 --out "$r/baseline_h200" --no-progress --no-contract
 step gate timeout 150 python3 -m blockattn gate --tolerances v5 \
@@ -18,4 +14,4 @@ step bench timeout 150 python3 -m blockattn bench --providers blockattn,fa2 --no
   --out "$r/bench"
 step mutants timeout 220 python3 -m blockattn mutants --jobs 14 --tolerances v5 \
   --baseline "$r/baseline_h200/report.json" --out "$r/mutants"
-tar -czf "$out/run.tgz" -C "$out" run
+finish_run

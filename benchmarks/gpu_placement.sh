@@ -13,12 +13,8 @@
 #   mkdir -p .ab/a && git archive BASE blockattn/kernels | tar -x -C .ab/a --strip-components 2)
 set -uo pipefail
 phase=$1
-out=${2:-$OUT}
-export BLOCKATTN_GIT_COMMIT=${3:-unknown}  # the device copy has no usable .git
-r=$out/run
-mkdir -p "$r"
 source "$(dirname "$0")/gpu_steps.sh"
-step install python3 -m pip install -q --no-deps --no-build-isolation -e .
+start_run "${2:-$OUT}" "${3:-unknown}"
 if [ "$phase" = a ]; then
   step ab timeout 300 python3 benchmarks/ab_kernels.py --a .ab/a --out "$r/ab" \
     --dtypes bf16,fp16 --dims 64,128 --rotary on --rotate-v both --rounds 3
@@ -48,4 +44,4 @@ if [ "$phase" = m ]; then
   step false_alarms timeout 200 python3 -m blockattn false-alarms --tolerances v5 --seeds 8 \
     --fuzz 2 --every-distribution --profile gpu --out "$r/false_alarms"
 fi
-tar -czf "$out/run.tgz" -C "$out" run
+finish_run

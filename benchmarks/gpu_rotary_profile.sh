@@ -9,12 +9,8 @@
 #   bench_1..3:         blockattn bench --providers blockattn,fa2 --no-sweeps
 # Usage: bash benchmarks/gpu_rotary_profile.sh OUTDIR [COMMIT]
 set -uo pipefail
-out=${1:-$OUT}
-export BLOCKATTN_GIT_COMMIT=${2:-unknown}  # the device copy has no usable .git
-r=$out/run
-mkdir -p "$r"
 source "$(dirname "$0")/gpu_steps.sh"
-step install python3 -m pip install -q --no-deps --no-build-isolation -e .
+start_run "${1:-$OUT}" "${2:-unknown}"
 NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu 2>/dev/null | head -1)
 SECTIONS="--section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis
   --section MemoryWorkloadAnalysis_Tables --section WarpStateStats --section SchedulerStats
@@ -35,5 +31,5 @@ for i in 1 2 3; do
   step "bench_$i" timeout 170 python3 -m blockattn bench --providers blockattn,fa2 \
     --out "$r/bench_$i" --no-sweeps --time-budget-s 120
 done
-tar -czf "$out/run.tgz" -C "$out" run
+finish_run
 cp "$r/ncu_summary.md" "$out/"

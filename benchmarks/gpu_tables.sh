@@ -10,12 +10,8 @@
 #   mkdir -p .ab/a && git archive BASE blockattn/kernels | tar -x -C .ab/a --strip-components 2)
 set -uo pipefail
 phase=$1
-out=${2:-$OUT}
-export BLOCKATTN_GIT_COMMIT=${3:-unknown}  # the device copy has no usable .git
-r=$out/run
-mkdir -p "$r"
 source "$(dirname "$0")/gpu_steps.sh"
-step install python3 -m pip install -q --no-deps --no-build-isolation -e .
+start_run "${2:-$OUT}" "${3:-unknown}"
 if [ "$phase" = a ]; then
   step ab timeout 240 python3 benchmarks/ab_kernels.py --a .ab/a --out "$r/ab" \
     --dtypes bf16,fp16 --rounds 3
@@ -28,4 +24,4 @@ fi
 if [ "$phase" = m ]; then
   suite ci/baselines/h100/report.json  # gpu_steps.sh (more than one 600 s call holds: split it)
 fi
-tar -czf "$out/run.tgz" -C "$out" run
+finish_run
