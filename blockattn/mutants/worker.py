@@ -36,11 +36,11 @@ def _judge_tests(tests: list[str], root: Path) -> list[str] | None:
     if proc.returncode == 0:
         return []
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(("FAILED", "ERROR"))]
-    # the first failure's traceback tail too: a control that fails must say why
+    if not lines:
+        return [f"tests: pytest exit {proc.returncode}: {proc.stdout[-300:]}"]
+    # the output's tail on the first line too: a control that fails must say why
     tail = " | ".join(proc.stdout[-1200:].splitlines()[-12:])
-    return [f"tests: {ln} [output: {tail}]" for ln in lines[:1]] + [
-        f"tests: {ln}" for ln in lines[1:]] or [f"tests: pytest exit {proc.returncode}: "
-                                                f"{proc.stdout[-300:]}"]
+    return [f"tests: {lines[0]} [output: {tail}]"] + [f"tests: {ln}" for ln in lines[1:]]
 
 
 def main(argv: list[str] | None = None) -> int:
