@@ -127,7 +127,7 @@ def main(args: argparse.Namespace) -> int:
     done: dict = {}
     record = None
     if args.out is not None:
-        fp = journal.fingerprint(plan, info)
+        fp = journal.fingerprint(plan, info, [m.name for m in mutants])
         if args.resume:
             done = journal.load(args.out, fp)
             print(f"resuming: {len(done)} outcomes from {args.out / journal.NAME}",

@@ -3,9 +3,9 @@ call's time limit, Ctrl-C) keeps what it finished and `blockattn mutants --resum
 the rest of the same plan.
 
 One JSON object per line: the first is the plan's fingerprint, then {"control": bool,
-"outcome": {...}} per outcome. A resume whose fingerprint differs (other device, tolerances,
-baseline, cases or source) is refused with the fields that differ: outcomes of two different
-plans are never mixed.
+"outcome": {...}} per outcome. A resume whose fingerprint differs (other device, mutants,
+tolerances, baseline, cases or source) is refused with the fields that differ: outcomes of two
+different plans are never mixed.
 """
 
 from __future__ import annotations
@@ -35,11 +35,14 @@ def source_digest() -> str:
     return h.hexdigest()
 
 
-def fingerprint(plan: dict[str, Any], info: dict[str, Any]) -> dict[str, Any]:
-    """What must match for two runs' outcomes to belong to one report."""
+def fingerprint(plan: dict[str, Any], info: dict[str, Any],
+                mutants: list[str]) -> dict[str, Any]:
+    """What must match for two runs' outcomes to belong to one report (the selection too: the
+    control runs under every environment the selected mutants need)."""
     return {
         "device": info.get("device"),
         "gpu": info.get("gpu"),
+        "mutants": mutants,
         "plan": plan,  # tolerances, baseline, cases (specs), keep_going
         "source_sha256": source_digest(),
     }

@@ -244,5 +244,9 @@ def test_interrupted_run_resumes_from_its_journal(
     capsys.readouterr()
     assert cli.main([*args[:-2], "--fuzz", "1", "--out", str(tmp_path), "--resume"]) != 0
     assert "written by another run; differs in plan" in capsys.readouterr().err
+    fewer = ["mutants", "--mutant", names[1], "--mutant", names[2], "--fuzz", "0", "--jobs", "1",
+             "--out", str(tmp_path), "--resume"]
+    assert cli.main(fewer) != 0  # another selection: its control ran under other environments
+    assert "differs in mutants" in capsys.readouterr().err
     assert cli.main(["mutants", "--mutant", names[0], "--resume"]) != 0
     assert "--resume needs --out" in capsys.readouterr().err
