@@ -21,27 +21,23 @@ if [ "$phase" = a ]; then
   step rotary_tests timeout 200 python3 -m pytest -n 8 -q -p no:cacheprovider tests/kernels \
     -k "rot or sinu or chunks"
 fi
-if [ "$phase" = b ]; then
+ab_d64() {  # the A/B of what landed: D 64, 5 rounds
   step ab_d64 timeout 200 python3 benchmarks/ab_kernels.py --a .ab/a --out "$r/ab_d64" \
     --dtypes bf16,fp16 --dims 64 --rotary on --rotate-v both --rounds 5
+}
+if [ "$phase" = b ]; then
+  ab_d64
   step bench timeout 240 python3 -m blockattn bench --providers blockattn,blockattn_rotary,fa2 \
     --no-sweeps --out "$r/bench"
 fi
 if [ "$phase" = h ]; then
-  step ab_d64 timeout 200 python3 benchmarks/ab_kernels.py --a .ab/a --out "$r/ab_d64" \
-    --dtypes bf16,fp16 --dims 64 --rotary on --rotate-v both --rounds 5
-  step mutants timeout 300 python3 -m blockattn mutants --jobs 14 --tolerances v5 \
-    --baseline ci/baselines/h200/report.json --out "$r/mutants"
-  step false_alarms timeout 200 python3 -m blockattn false-alarms --tolerances v5 --seeds 8 \
-    --fuzz 2 --every-distribution --profile gpu --out "$r/false_alarms"
+  ab_d64
+  checks ci/baselines/h200/report.json  # gpu_steps.sh
 fi
 if [ "$phase" = t ]; then
   step pytest_gpu timeout 480 python3 -m pytest -n 12 -m "not slow" -q -p no:cacheprovider
 fi
 if [ "$phase" = m ]; then
-  step mutants timeout 330 python3 -m blockattn mutants --jobs 14 --tolerances v5 \
-    --baseline ci/baselines/h100/report.json --out "$r/mutants"
-  step false_alarms timeout 200 python3 -m blockattn false-alarms --tolerances v5 --seeds 8 \
-    --fuzz 2 --every-distribution --profile gpu --out "$r/false_alarms"
+  checks ci/baselines/h100/report.json 330  # gpu_steps.sh
 fi
 finish_run

@@ -28,10 +28,14 @@ finish_run() {  # one archive of $out/run (the device returns a handful of files
   tar -czf "$out/run.tgz" -C "$out" run
 }
 if [ -n "${r:-}" ]; then log_env; fi  # scripts that set $r before sourcing
-suite() {  # suite BASELINE: the GPU tier, every mutant against BASELINE, the false alarms (v5)
-  step pytest_gpu timeout 420 python3 -m pytest -n 12 -m "not slow" -q -p no:cacheprovider
-  step mutants timeout 300 python3 -m blockattn mutants --jobs 14 --tolerances v5 \
+checks() {  # checks BASELINE [MUTANTS_TIMEOUT_S]: every mutant against BASELINE (journaled in
+  # $r/mutants: --resume continues it), then the false alarms (tolerances v5)
+  step mutants timeout "${2:-300}" python3 -m blockattn mutants --jobs 14 --tolerances v5 \
     --baseline "$1" --out "$r/mutants"
   step false_alarms timeout 200 python3 -m blockattn false-alarms --tolerances v5 --seeds 8 \
     --fuzz 2 --every-distribution --profile gpu --out "$r/false_alarms"
+}
+suite() {  # suite BASELINE: the GPU tier, then checks BASELINE
+  step pytest_gpu timeout 420 python3 -m pytest -n 12 -m "not slow" -q -p no:cacheprovider
+  checks "$1"
 }
