@@ -120,7 +120,7 @@ def all_variants() -> list[Variant]:
         for d in HEAD_DIMS
         for r in ROTARY_MODES
         if not (p == "hopper" and dt == "fp32")  # the Hopper path takes 16-bit inputs only
-        and not (p.startswith("gluon") and (k != "bwd" or dt == "fp32" or r != "off"))
+        and not (p.startswith("gluon") and (k != "bwd" or dt == "fp32"))
     ]
 
 
@@ -320,9 +320,14 @@ def _compile_gluon(variant: Variant, target: str, res: Result) -> Result:
     from triton.experimental.gluon._runtime import GluonASTSource
 
     from blockattn.kernels import attention_gluon as G
+    from blockattn.kernels import attention_gluon_rotary as GR
 
     two = variant.path == "gluon2"
-    fn = G._bwd_kernel_ws if two else G._bwd_kernel
+    rotary = variant.rotary != "off"
+    if rotary:
+        fn = GR._bwd_rot_kernel_ws if two else GR._bwd_rot_kernel
+    else:
+        fn = G._bwd_kernel_ws if two else G._bwd_kernel
     gdt = {"bf16": gl.bfloat16, "fp16": gl.float16}[variant.dtype]
     lay = gl.NVMMASharedLayout.get_default_for([G.BLOCK, variant.head_dim], gdt)
     signature: dict[str, str] = {}
@@ -336,6 +341,9 @@ def _compile_gluon(variant: Variant, target: str, res: Result) -> Result:
         elif name in ("V", "DQ", "DK", "DV"):
             signature[name] = f"*{variant.dtype}"
             attrs[(i,)] = [["tt.divisibility", 16]]  # as the JIT specialises them (see above)
+        elif name == "SIN":
+            signature[name] = "*fp32"  # the bench's table; another dtype is read the same way
+            attrs[(i,)] = [["tt.divisibility", 16]]
         elif name in ("tile_start", "tile_len"):
             signature[name] = "*i64" if name == "tile_start" else "*i32"
         elif name.startswith(_STRIDE_PREFIX) or name == "n_tiles":
@@ -349,7 +357,9 @@ def _compile_gluon(variant: Variant, target: str, res: Result) -> Result:
     num_warps = 4
     constexprs = dict(H=N_HEADS, IS_BF16=variant.dtype == "bf16", num_warps=num_warps)
     if two:
-        constexprs["WORKER_REGS"] = G.WORKER_REGS
+        constexprs["WORKER_REGS"] = (GR if rotary else G).WORKER_REGS
+    if rotary:
+        constexprs["ROTATE_V"] = variant.rotary == "rot"
     src = GluonASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
     res.num_warps = 2 * num_warps if two else num_warps  # the worker warpgroup counts too
     kernel = _build(src, TARGETS[target], {"num_warps": num_warps}, res)
@@ -366,7 +376,7 @@ def _compile_gluon(variant: Variant, target: str, res: Result) -> Result:
                             f"({res.registers} registers; accepted: 0 B)")
     if res.smem + res.static_smem > MAX_SMEM_PER_CTA:
         res.failures.append(f"shared memory {res.smem} B > {MAX_SMEM_PER_CTA} B per CTA")
-    want = 1 if two else G.PROGRAMS_PER_SM[variant.head_dim]
+    want = 1 if two else (GR if rotary else G).PROGRAMS_PER_SM[variant.head_dim]
     if res.ctas_per_sm < want:
         res.failures.append(f"{res.ctas_per_sm} CTAs fit per SM; its launch puts {want}")
     return res

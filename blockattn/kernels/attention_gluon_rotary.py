@@ -1,0 +1,467 @@
+"""Hopper (sm_90) fused-rotary backward in Gluon: attention_gluon's one-chain backward with q, k
+(and V, rotate_v) rotated once per tile in registers and the gradients rotated back in the
+MMA accumulator's own layout.
+
+Reads top-down: helpers, the kernel, eligibility, the launcher.
+
+Why (issue 23): the portable rotary backward took 1.9x the plain one (H100, D = 128). Its
+TTGIR converts layouts 21 times per tile: the sin/cos tables are loaded coalesced and moved to
+the rotation's layout, the rotated-back gradients moved back before the store. Here each table
+is read straight into the layout its use needs (two global reads per use, L1/L2 hits: the
+table is shared by a block's heads), so no rotation moves a tile between layouts:
+- q, k and V leave shared memory in a row-contiguous layout whose interleaved pairs (2i, 2i+1)
+  sit in one thread; they are rotated in fp32 there, split into hi + lo halves once and go back
+  to shared memory as the MMAs' operands (hi in place of the raw tile, lo beside it), reused by
+  S, dQ and dK (dP for V);
+- dQ, dK (and dV) are rotated back in the wgmma accumulator layout, where each thread holds
+  both columns of a pair too, then rounded and staged for the TMA store.
+
+The arithmetic is the portable rotary backward's (tile_math._bwd_body, centred): S from the
+split rotated q and k (3 MMAs), dP = dO (V - m)^T with V rotated and m the mean of its n valid
+rows (or, without rotate_v, the plain V minus its first row), dS = P (dP - Di) with Di summed
+twice, dV = P^T dO, dQ = dS K, dK = dS^T Q with P and dS as hi + lo, the MMAs of each product
+in _mma_split's order (lo terms first). fp16 splits dS at a power-of-two scale.
+
+Shared memory (one chain, two input stages): 208 KB at D = 128 (one CTA per SM), 104 KB at
+D = 64 (two). Gluon has no interpreter: off an sm_90 GPU this path never runs (dispatch falls
+back) and the CPU tests compile it ahead of time for sm_90.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+)
+
+from blockattn.kernels.attention_gluon import (
+    BLOCK,
+    LOG2E,
+    _centred_split,
+    _desc,
+    _issue_loads,
+    _pow2_scale,
+    _split,
+    _store_rows,
+    _tile_at,
+    _zero_rows,
+)
+from blockattn.kernels.tiles import TileTable
+
+# ----------------------------------------------------------------------------- helpers
+
+
+@gluon.jit
+def _table(SIN, start, n, stride_st, lay: gl.constexpr, BM: gl.constexpr, HALF: gl.constexpr):
+    """(BM, HALF) fp32 sin and cos of the tile's tokens in layout `lay` (rows >= n: 0)."""
+    rows = gl.arange(0, BM, layout=gl.SliceLayout(1, lay))
+    cols = gl.arange(0, HALF, layout=gl.SliceLayout(0, lay))
+    ptrs = (SIN + start.to(gl.int64) * stride_st + gl.expand_dims(rows * stride_st, 1)
+            + gl.expand_dims(cols, 0))
+    mask = gl.expand_dims(rows < n, 1) & gl.expand_dims(cols < HALF, 0)
+    sin = gl.load(ptrs, mask=mask, other=0.0).to(gl.float32)
+    cos = gl.load(ptrs + HALF, mask=mask, other=0.0).to(gl.float32)
+    return sin, cos
+
+
+@gluon.jit
+def _rotate(x, SIN, start, n, stride_st, CONJ: gl.constexpr):
+    """Rotary of fp32 x (BM, D) on interleaved pairs, in x's own layout (each thread must hold
+    both columns of a pair); CONJ applies the transpose. The table is read in the pairs'
+    layout."""
+    BM: gl.constexpr = x.shape[0]
+    HD: gl.constexpr = x.shape[1]
+    x0, x1 = gl.split(gl.reshape(x, [BM, HD // 2, 2]))
+    sin, cos = _table(SIN, start, n, stride_st, gl.constexpr(x0.type.layout), BM, HD // 2)
+    if CONJ:
+        y0 = x0 * cos + x1 * sin
+        y1 = x1 * cos - x0 * sin
+    else:
+        y0 = x0 * cos - x1 * sin
+        y1 = x1 * cos + x0 * sin
+    return gl.convert_layout(gl.reshape(gl.join(y0, y1), [BM, HD]), x.type.layout)
+
+
+@gluon.jit
+def _rotate_split(buf, lo_buf, SIN, start, n, stride_st, lay: gl.constexpr, CENTRE: gl.constexpr):
+    """The raw tile in `buf` rotated (and, CENTRE, minus the mean of its n valid rows; padded
+    rows stay 0), split into hi (written over the raw tile) and lo (to `lo_buf`)."""
+    x = _rotate(buf.load(lay).to(gl.float32), SIN, start, n, stride_st, False)
+    if CENTRE:
+        rows = gl.arange(0, x.shape[0], layout=gl.SliceLayout(1, lay))
+        m = gl.sum(x, axis=0) / gl.maximum(n, 1).to(gl.float32)
+        x = gl.where(gl.expand_dims(rows < n, 1), x - gl.expand_dims(m, 0), 0.0)
+    hi, lo = _split(x, buf.dtype)
+    buf.store(hi)
+    lo_buf.store(lo)
+
+
+@gluon.jit
+def _probs_and_ds(sc, dp, n, qk_scale, s_lay: gl.constexpr):
+    """P = softmax over the n valid keys (log2 domain, fp32) and dS = P (dP - Di), Di summed
+    twice (attention_gluon's, so both paths form the same dS)."""
+    cols = gl.arange(0, sc.shape[1], layout=gl.SliceLayout(0, s_lay))
+    sc = gl.where(gl.expand_dims(cols < n, 0), sc * qk_scale, float("-inf"))
+    p = gl.exp2(sc - gl.expand_dims(gl.max(sc, axis=1), 1))
+    p = p / gl.expand_dims(gl.sum(p, axis=1), 1)
+    dp = dp - gl.expand_dims(gl.sum(p * dp, axis=1), 1)
+    return p, p * (dp - gl.expand_dims(gl.sum(p * dp, axis=1), 1))
+
+
+@gluon.jit
+def _emit(x, buf, desc, base, SIN, start, n, h, stride_t, stride_h, stride_st,
+          ROTATE: gl.constexpr, r_lay: gl.constexpr):
+    """A finished fp32 gradient, rotated back (ROTATE) in its own layout, rounded, staged in
+    `buf` and stored: by TMA for a full tile, by masked rows for a partial one."""
+    if ROTATE:
+        x = _rotate(x, SIN, start, n, stride_st, True)
+    buf.store(x.to(buf.dtype))
+    fence_async_shared()
+    if n == buf.shape[0]:
+        tma.async_copy_shared_to_global(desc, [start.to(gl.int32), h * buf.shape[1]], buf)
+    else:
+        _store_rows(base, buf, start, n, h, stride_t, stride_h, r_lay)
+
+
+# ----------------------------------------------------------------------------- kernel
+
+
+@gluon.jit
+def _bwd_rot_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, V, DQ, DK, DV,
+                    SIN, tile_start, tile_len, n_tiles, stride_vt, stride_vh, stride_dqt,
+                    stride_dqh, stride_dkt, stride_dkh, stride_dvt, stride_dvh, stride_st,
+                    qk_scale, sm_scale, H: gl.constexpr, IS_BF16: gl.constexpr,
+                    ROTATE_V: gl.constexpr, num_warps: gl.constexpr):
+    BM: gl.constexpr = q_desc.block_type.shape[0]
+    HD: gl.constexpr = q_desc.block_type.shape[1]
+    dtype: gl.constexpr = q_desc.dtype
+    lay: gl.constexpr = q_desc.layout
+    # inputs: two stages (this tile, the next one's loads); rotated hi halves replace the raw
+    q_s = gl.allocate_shared_memory(dtype, [2, BM, HD], lay)
+    k_s = gl.allocate_shared_memory(dtype, [2, BM, HD], lay)
+    v_s = gl.allocate_shared_memory(dtype, [2, BM, HD], lay)
+    do_s = gl.allocate_shared_memory(dtype, [2, BM, HD], lay)
+    # lo halves: q, k; V's hi and lo (centred); once read they stage dK, dV and dQ
+    ql_s = gl.allocate_shared_memory(dtype, [BM, HD], lay)
+    kl_s = gl.allocate_shared_memory(dtype, [BM, HD], lay)
+    vc_s = gl.allocate_shared_memory(dtype, [2, BM, HD], lay)
+    pp_lay: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BM, BM], dtype)
+    pd_s = gl.allocate_shared_memory(dtype, [2, BM, BM], pp_lay)  # P, then dS: hi, lo
+    bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(2):
+        mbarrier.init(bars.index(i), count=1)
+
+    s_lay: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                    instr_shape=[16, BM, 16])
+    o_lay: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                    instr_shape=[16, HD, 16])
+    r_lay: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [num_warps, 1], [1, 0])
+    pid = gl.program_id(0)
+    n_prog = gl.num_programs(0)
+    n_my = (n_tiles - pid + n_prog - 1) // n_prog
+    start, n, h = _tile_at(pid, tile_start, tile_len, H)
+    nx_start, nx_n, nx_h = _tile_at(gl.minimum(pid + n_prog, n_tiles - 1), tile_start, tile_len,
+                                    H)
+    _issue_loads(q_desc, k_desc, v_desc, do_desc, start.to(gl.int32), h * HD, bars.index(0), 0,
+                 q_s, k_s, v_s, do_s, n_my > 0)
+    for i in range(n_my):
+        t = pid + i * n_prog
+        stage = i % 2
+        _issue_loads(q_desc, k_desc, v_desc, do_desc, nx_start.to(gl.int32), nx_h * HD,
+                     bars.index(1 - stage), 1 - stage, q_s, k_s, v_s, do_s, i + 1 < n_my)
+        nn_start, nn_n, nn_h = _tile_at(gl.minimum(t + 2 * n_prog, n_tiles - 1), tile_start,
+                                        tile_len, H)
+        mbarrier.wait(bars.index(stage), (i // 2) & 1)
+        if n > 0:
+            qb = q_s.index(stage)
+            kb = k_s.index(stage)
+            vb = v_s.index(stage)
+            dob = do_s.index(stage)
+            if n < BM:
+                _zero_rows(qb, n, r_lay)
+                _zero_rows(kb, n, r_lay)
+                _zero_rows(vb, n, r_lay)
+                _zero_rows(dob, n, r_lay)
+            tma.store_wait(pendings=0)  # the last tile's gradients have left vc_s and kl_s
+            # V first: dP needs only V and dO, so its MMAs run while q and k are rotated
+            if ROTATE_V:
+                _rotate_split(vb, vc_s.index(1), SIN, start, n, stride_st, r_lay, True)
+                vhb = vb
+            else:
+                vhi, vlo = _centred_split(vb, V, start, n, h, stride_vt, stride_vh, r_lay,
+                                          dtype)
+                vc_s.index(0).store(vhi)
+                vc_s.index(1).store(vlo)
+                vhb = vc_s.index(0)
+            fence_async_shared()
+            zs = gl.zeros([BM, BM], gl.float32, s_lay)
+            dp = warpgroup_mma(dob, vc_s.index(1).permute((1, 0)), zs, use_acc=False)
+            dp = warpgroup_mma(dob, vhb.permute((1, 0)), dp)
+            _rotate_split(qb, ql_s, SIN, start, n, stride_st, r_lay, False)
+            _rotate_split(kb, kl_s, SIN, start, n, stride_st, r_lay, False)
+            fence_async_shared()
+            sc = warpgroup_mma(ql_s, kb.permute((1, 0)), zs, use_acc=False)
+            sc = warpgroup_mma(qb, kl_s.permute((1, 0)), sc)
+            sc = warpgroup_mma(qb, kb.permute((1, 0)), sc)
+            p, ds = _probs_and_ds(sc, dp, n, qk_scale, s_lay)
+            dscale = sm_scale
+            if not IS_BF16:
+                up, down = _pow2_scale(gl.max(gl.max(gl.abs(ds), axis=1), axis=0), 14)
+                ds = ds * up
+                dscale = sm_scale * down
+            phi, plo = _split(p, dtype)
+            pd_s.index(0).store(phi)
+            pd_s.index(1).store(plo)
+            fence_async_shared()
+            zo = gl.zeros([BM, HD], gl.float32, o_lay)
+            dv = warpgroup_mma(pd_s.index(1).permute((1, 0)), dob, zo, use_acc=False)
+            dv = warpgroup_mma(pd_s.index(0).permute((1, 0)), dob, dv)
+            # dS split in the block of its product (as attention_gluon: the same fused FMAs)
+            dshi, dslo = _split(ds, dtype)
+            _emit(dv, vc_s.index(0), dv_desc, DV, SIN, start, n, h, stride_dvt, stride_dvh,
+                  stride_st, ROTATE_V, r_lay)
+            pd_s.index(0).store(dshi)
+            pd_s.index(1).store(dslo)
+            fence_async_shared()
+            dq = warpgroup_mma(pd_s.index(1), kb, zo, use_acc=False)
+            dq = warpgroup_mma(pd_s.index(0), kl_s, dq)
+            dq = warpgroup_mma(pd_s.index(0), kb, dq)
+            _emit(dq * dscale, vc_s.index(1), dq_desc, DQ, SIN, start, n, h, stride_dqt,
+                  stride_dqh, stride_st, True, r_lay)
+            dk = warpgroup_mma(pd_s.index(1).permute((1, 0)), qb, zo, use_acc=False)
+            dk = warpgroup_mma(pd_s.index(0).permute((1, 0)), ql_s, dk)
+            dk = warpgroup_mma(pd_s.index(0).permute((1, 0)), qb, dk)
+            _emit(dk * dscale, kl_s, dk_desc, DK, SIN, start, n, h, stride_dkt, stride_dkh,
+                  stride_st, True, r_lay)
+        start, n, h = nx_start, nx_n, nx_h
+        nx_start, nx_n, nx_h = nn_start, nn_n, nn_h
+    tma.store_wait(pendings=0)
+    for i in gl.static_range(2):
+        mbarrier.invalidate(bars.index(i))
+
+
+@gluon.jit
+def _load_pair(desc_a, desc_b, row, col, bar, buf_a, buf_b, pred):
+    """TMA of two of a tile's inputs, completing on `bar`."""
+    mbarrier.expect(bar, 2 * desc_a.block_type.nbytes, pred=pred)
+    tma.async_copy_global_to_shared(desc_a, [row, col], bar, buf_a, pred)
+    tma.async_copy_global_to_shared(desc_b, [row, col], bar, buf_b, pred)
+
+
+@gluon.jit
+def _rot_consumer(C: gl.constexpr, q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc,
+                  V, DQ, DK, DV, SIN, tile_start, tile_len, n_tiles, stride_vt, stride_vh,
+                  stride_dqt, stride_dqh, stride_dkt, stride_dkh, stride_dvt, stride_dvh,
+                  stride_st, qk_scale, sm_scale, a_s, b_s, c_s, d_s, e_s, pd_s, bars,
+                  H: gl.constexpr, IS_BF16: gl.constexpr, ROTATE_V: gl.constexpr,
+                  NW: gl.constexpr):
+    """One chain of the two-chain kernel: tiles vp, vp + n_vp, ... (vp = 2 * program + C) in
+    five (BM, D) buffers and the P/dS pair. A, B, C, D take q, k, V, dO by TMA. V is rotated
+    (or centred) into C (hi) and E (lo) for dP; then q and k into A/C and B/E (hi/lo), reused
+    by S, dQ and dK. dV leaves through D (dO's), dQ through E, dK through the P/dS pair's
+    bytes; each input buffer takes the next tile's load once its last reader is done: K after
+    dQ, Q after dK, V and dO once dV's store has read D."""
+    BM: gl.constexpr = q_desc.block_type.shape[0]
+    HD: gl.constexpr = q_desc.block_type.shape[1]
+    dtype: gl.constexpr = q_desc.dtype
+    lay: gl.constexpr = q_desc.layout
+    s_lay: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1],
+                                                    instr_shape=[16, BM, 16])
+    o_lay: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1],
+                                                    instr_shape=[16, HD, 16])
+    r_lay: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [NW, 1], [1, 0])
+    PER: gl.constexpr = 2 * BM // HD  # (BM, D) tiles per chain's P/dS pair: 1 (D=128), 2
+    k_out = pd_s._reinterpret(dtype, [2 * PER, BM, HD], lay)
+    vp = 2 * gl.program_id(0) + C
+    n_vp = 2 * gl.num_programs(0)
+    n_my = (n_tiles - vp + n_vp - 1) // n_vp
+    start, n, h = _tile_at(gl.minimum(vp, n_tiles - 1), tile_start, tile_len, H)
+    nx_start, nx_n, nx_h = _tile_at(gl.minimum(vp + n_vp, n_tiles - 1), tile_start, tile_len, H)
+    bar_vo = bars.index(2 * C)
+    bar_qk = bars.index(2 * C + 1)
+    _load_pair(v_desc, do_desc, start.to(gl.int32), h * HD, bar_vo, c_s.index(C),
+               d_s.index(C), n_my > 0)
+    _load_pair(k_desc, q_desc, start.to(gl.int32), h * HD, bar_qk, b_s.index(C), a_s.index(C),
+               n_my > 0)
+    for i in range(n_my):
+        t = vp + i * n_vp
+        more = i + 1 < n_my
+        nrow = nx_start.to(gl.int32)
+        # j is always C; varying per tile as far as the compiler knows, it keeps the MMAs'
+        # shared-memory descriptors out of registers across the loop (attention_gluon)
+        j = C + (n < 0).to(gl.int32)
+        ab = a_s.index(j)
+        bb = b_s.index(j)
+        cb = c_s.index(j)
+        db = d_s.index(j)
+        eb = e_s.index(j)
+        hi_s = pd_s.index(2 * j)
+        lo_s = pd_s.index(2 * j + 1)
+        kb_out = k_out.index(j * PER)
+        nn_start, nn_n, nn_h = _tile_at(gl.minimum(t + 2 * n_vp, n_tiles - 1), tile_start,
+                                        tile_len, H)
+        mbarrier.wait(bar_vo, i & 1)
+        if n > 0:
+            if n < BM:
+                _zero_rows(cb, n, r_lay)
+                _zero_rows(db, n, r_lay)
+            tma.store_wait(pendings=1)  # the last tile's dQ has left E (its dK may be in flight)
+            if ROTATE_V:
+                _rotate_split(cb, eb, SIN, start, n, stride_st, r_lay, True)
+            else:
+                vhi, vlo = _centred_split(cb, V, start, n, h, stride_vt, stride_vh, r_lay, dtype)
+                cb.store(vhi)
+                eb.store(vlo)
+            fence_async_shared()
+            zs = gl.zeros([BM, BM], gl.float32, s_lay)
+            dp = warpgroup_mma(db, eb.permute((1, 0)), zs, use_acc=False)
+            dp = warpgroup_mma(db, cb.permute((1, 0)), dp)
+            mbarrier.wait(bar_qk, i & 1)
+            if n < BM:
+                _zero_rows(ab, n, r_lay)
+                _zero_rows(bb, n, r_lay)
+            _rotate_split(ab, cb, SIN, start, n, stride_st, r_lay, False)
+            _rotate_split(bb, eb, SIN, start, n, stride_st, r_lay, False)
+            fence_async_shared()
+            sc = warpgroup_mma(cb, bb.permute((1, 0)), zs, use_acc=False)
+            sc = warpgroup_mma(ab, eb.permute((1, 0)), sc)
+            sc = warpgroup_mma(ab, bb.permute((1, 0)), sc)
+            p, ds = _probs_and_ds(sc, dp, n, qk_scale, s_lay)
+            dscale = sm_scale
+            if not IS_BF16:
+                up, down = _pow2_scale(gl.max(gl.max(gl.abs(ds), axis=1), axis=0), 14)
+                ds = ds * up
+                dscale = sm_scale * down
+            phi, plo = _split(p, dtype)
+            tma.store_wait(pendings=0)  # the last tile's dK has left the P/dS pair
+            hi_s.store(phi)
+            lo_s.store(plo)
+            fence_async_shared()
+            zo = gl.zeros([BM, HD], gl.float32, o_lay)
+            dv = warpgroup_mma(lo_s.permute((1, 0)), db, zo, use_acc=False)
+            dv = warpgroup_mma(hi_s.permute((1, 0)), db, dv)
+            dshi, dslo = _split(ds, dtype)
+            _emit(dv, db, dv_desc, DV, SIN, start, n, h, stride_dvt, stride_dvh, stride_st,
+                  ROTATE_V, r_lay)
+            hi_s.store(dshi)
+            lo_s.store(dslo)
+            fence_async_shared()
+            dq = warpgroup_mma(lo_s, bb, zo, use_acc=False)
+            dq = warpgroup_mma(hi_s, eb, dq)
+            dq = warpgroup_mma(hi_s, bb, dq)
+            mbarrier.expect(bar_qk, 2 * k_desc.block_type.nbytes, pred=more)
+            tma.async_copy_global_to_shared(k_desc, [nrow, nx_h * HD], bar_qk, bb, more)
+            _emit(dq * dscale, eb, dq_desc, DQ, SIN, start, n, h, stride_dqt, stride_dqh,
+                  stride_st, True, r_lay)
+            dk = warpgroup_mma(lo_s.permute((1, 0)), ab, zo, use_acc=False)
+            dk = warpgroup_mma(hi_s.permute((1, 0)), cb, dk)
+            dk = warpgroup_mma(hi_s.permute((1, 0)), ab, dk)
+            tma.async_copy_global_to_shared(q_desc, [nrow, nx_h * HD], bar_qk, ab, more)
+            tma.store_wait(pendings=1)  # dV's store has read D
+            _load_pair(v_desc, do_desc, nrow, nx_h * HD, bar_vo, cb, db, more)
+            _emit(dk * dscale, kb_out, dk_desc, DK, SIN, start, n, h, stride_dkt, stride_dkh,
+                  stride_st, True, r_lay)
+        else:
+            mbarrier.wait(bar_qk, i & 1)
+            tma.store_wait(pendings=0)
+            _load_pair(v_desc, do_desc, nrow, nx_h * HD, bar_vo, cb, db, more)
+            _load_pair(k_desc, q_desc, nrow, nx_h * HD, bar_qk, bb, ab, more)
+        start, n, h = nx_start, nx_n, nx_h
+        nx_start, nx_n, nx_h = nn_start, nn_n, nn_h
+    tma.store_wait(pendings=0)
+
+
+@gluon.jit
+def _bwd_rot_kernel_ws(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, V, DQ, DK, DV,
+                       SIN, tile_start, tile_len, n_tiles, stride_vt, stride_vh, stride_dqt,
+                       stride_dqh, stride_dkt, stride_dkh, stride_dvt, stride_dvh, stride_st,
+                       qk_scale, sm_scale, H: gl.constexpr, IS_BF16: gl.constexpr,
+                       ROTATE_V: gl.constexpr, WORKER_REGS: gl.constexpr,
+                       num_warps: gl.constexpr):
+    """Two chains per CTA: the default warpgroup and one worker warpgroup each run
+    _rot_consumer on their own tiles in their own 96 KB (D = 128) of shared memory."""
+    BM: gl.constexpr = q_desc.block_type.shape[0]
+    HD: gl.constexpr = q_desc.block_type.shape[1]
+    dtype: gl.constexpr = q_desc.dtype
+    lay: gl.constexpr = q_desc.layout
+    a_s = gl.allocate_shared_memory(dtype, [2, BM, HD], lay)
+    b_s = gl.allocate_shared_memory(dtype, [2, BM, HD], lay)
+    c_s = gl.allocate_shared_memory(dtype, [2, BM, HD], lay)
+    d_s = gl.allocate_shared_memory(dtype, [2, BM, HD], lay)
+    e_s = gl.allocate_shared_memory(dtype, [2, BM, HD], lay)
+    pd_s = gl.allocate_shared_memory(dtype, [4, BM, BM], lay)  # per chain: P, then dS: hi, lo
+    bars = gl.allocate_shared_memory(gl.int64, [4, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(4):
+        mbarrier.init(bars.index(i), count=1)
+    gl.warp_specialize([
+        (_rot_consumer, (0, q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, V, DQ,
+                         DK, DV, SIN, tile_start, tile_len, n_tiles, stride_vt, stride_vh,
+                         stride_dqt, stride_dqh, stride_dkt, stride_dkh, stride_dvt, stride_dvh,
+                         stride_st, qk_scale, sm_scale, a_s, b_s, c_s, d_s, e_s, pd_s, bars, H,
+                         IS_BF16, ROTATE_V, num_warps)),
+        (_rot_consumer, (1, q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, V, DQ,
+                         DK, DV, SIN, tile_start, tile_len, n_tiles, stride_vt, stride_vh,
+                         stride_dqt, stride_dqh, stride_dkt, stride_dkh, stride_dvt, stride_dvh,
+                         stride_st, qk_scale, sm_scale, a_s, b_s, c_s, d_s, e_s, pd_s, bars, H,
+                         IS_BF16, ROTATE_V, num_warps)),
+    ], [num_warps], [WORKER_REGS])
+    for i in gl.static_range(4):
+        mbarrier.invalidate(bars.index(i))
+
+
+# ----------------------------------------------------------------------------- eligibility
+
+HEAD_DIMS = (64, 128)  # shared memory: 208 KB at D = 128
+PROGRAMS_PER_SM = {64: 2, 128: 1}
+WORKER_REGS = 248  # setmaxnreg of the second warpgroup (the default one keeps 255)
+
+
+def unsupported(q: Tensor, sinu_pos: Tensor, block_size: int, centred: bool) -> str | None:
+    """Why this path cannot run these rotary inputs, or None (arch and TMA layout checked by
+    the caller)."""
+    if not centred:
+        return "only the centred backward is implemented on the Gluon path"
+    if q.dtype not in (torch.bfloat16, torch.float16):
+        return f"q.dtype={q.dtype} (it takes bfloat16 and float16)"
+    if q.shape[2] not in HEAD_DIMS:
+        return f"head dim {q.shape[2]} (it compiles for {HEAD_DIMS})"
+    if not 32 < block_size <= BLOCK:
+        return f"block_size={block_size} (its tiles are {BLOCK} rows: 33..64)"
+    if sinu_pos.stride(1) != 1:
+        return "sinu_pos needs unit stride along D"
+    return None
+
+
+# ----------------------------------------------------------------------------- launcher
+
+
+def launch_bwd(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor,
+               grads: tuple[Tensor, Tensor, Tensor], table: TileTable, sinu_pos: Tensor,
+               scale: float, rotate_v: bool, n_chains: int = 2) -> tuple[Tensor, Tensor, Tensor]:
+    """(dq, dk, dv) w.r.t. the un-rotated q, k, v into `grads`; inputs are eligible.
+    n_chains: 2 = _bwd_rot_kernel_ws (two warpgroups, one CTA per SM), 1 = _bwd_rot_kernel."""
+    T, H, D = q.shape
+    dq, dk, dv = grads
+    n_tiles = table.n_slots * H
+    if n_tiles == 0 or T == 0:  # nothing to write (a TMA box needs rows)
+        return dq, dk, dv
+    dtype = gl.bfloat16 if q.dtype == torch.bfloat16 else gl.float16
+    lay = gl.NVMMASharedLayout.get_default_for([BLOCK, D], dtype)
+    sms = torch.cuda.get_device_properties(q.device).multi_processor_count
+    args = (*(_desc(t, lay) for t in (q, k, v, grad_out, dq, dk, dv)), v, dq, dk, dv, sinu_pos,
+            table.start, table.length, n_tiles, v.stride(0), v.stride(1), dq.stride(0),
+            dq.stride(1), dk.stride(0), dk.stride(1), dv.stride(0), dv.stride(1),
+            sinu_pos.stride(0), scale * LOG2E, scale)
+    flags = dict(H=H, IS_BF16=q.dtype == torch.bfloat16, ROTATE_V=rotate_v, num_warps=4)
+    if n_chains == 2:
+        _bwd_rot_kernel_ws[(min((n_tiles + 1) // 2, sms),)](*args, WORKER_REGS=WORKER_REGS,
+                                                              **flags)
+    else:
+        _bwd_rot_kernel[(min(n_tiles, sms * PROGRAMS_PER_SM[D]),)](*args, **flags)
+    return dq, dk, dv

@@ -1,0 +1,137 @@
+"""The Gluon fused-rotary backward (blockattn.kernels.attention_gluon_rotary).
+
+Gluon has no interpreter, so on CPU the kernels are built ahead of time for sm_90 (warpgroup
+MMAs, TMA, the CTAs per SM their launch puts); on an sm_90 GPU they are judged:
+- dQ, dK, dV against the FP64 rotary oracle with the fp32-split-operands bound (tolerances v5):
+  0 violations, on jagged inputs with partial blocks, an empty sequence, padding slots and more
+  tiles than chains, NaN-poisoned outputs; bf16 and fp16, D = 64 and 128, rotate_v on and off,
+  one chain and two;
+- within 1 ulp (+ 2^-16 of the largest magnitude) of the portable rotary kernel, which forms
+  the same products (the rotation's fp32 FMAs may fuse differently);
+- Inf/NaN in the rows a partial block's TMA box reads past its end never reach its outputs;
+  inputs left untouched; the same bits on a second call.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from blockattn.cases.generate import make_sinu_pos
+from blockattn.kernels import attention as A
+from blockattn.kernels import attention_gluon_rotary as GR
+from blockattn.kernels import compile_check
+from blockattn.kernels.tiles import build_tile_table
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+ON_SM90 = DEVICE == "cuda" and torch.cuda.get_device_capability() == (9, 0)
+gpu_only = pytest.mark.skipif(not ON_SM90, reason="the Gluon path runs on sm_90 GPUs only")
+
+
+def test_gluon_rotary_builds_for_sm90() -> None:
+    variants = compile_check.select_variants("bwd-*-d64-rot*-gluon2,bwd-fp16-d128-rot-gluon2")
+    results = compile_check.run_check(variants, ["sm_90"], jobs=2)
+    for r in results:
+        assert r.ok, f"{r.variant}: {r.error or r.failures}"
+        assert r.mma_counts[compile_check.TMA_OPCODE] > 0, r.variant
+        assert r.ctas_per_sm >= 1, r.variant
+
+
+# ----------------------------------------------------------------------------- GPU: the kernel
+
+LENGTHS = [100, 37, 0, 64, 5, 209]  # partial blocks of 36, 37, 5, 17 rows; an empty sequence
+H = 2
+CHAINS = pytest.mark.parametrize("chains", [1, 2], ids=["1-chain", "2-chains"])
+ROTATE_V = pytest.mark.parametrize("rotate_v", [True, False], ids=["rot-v", "rot-qk"])
+
+
+def _inputs(D: int, dtype: torch.dtype, lengths: list[int], seed: int):
+    g = torch.Generator(device=DEVICE).manual_seed(seed)
+    off = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], device=DEVICE)
+    T = int(off[-1])
+    q, k, v, do = (torch.randn(T, H, D, device=DEVICE, generator=g).to(dtype) for _ in range(4))
+    return q, k, v, do, off, make_sinu_pos(off, D)
+
+
+def _gluon(q, k, v, do, off, sinu, rotate_v, chains) -> tuple[torch.Tensor, ...]:
+    grads = tuple(torch.full_like(q, float("nan")) for _ in range(3))
+    table = build_tile_table(off, q.shape[0], 64)
+    return GR.launch_bwd(q, k, v, do, grads, table, sinu, q.shape[2] ** -0.5, rotate_v, chains)
+
+
+def _violations(q, k, v, do, off, sinu, rotate_v, got) -> dict[str, int]:
+    import oracles
+    from blockattn.bounds import models
+    from blockattn.bounds.elementwise import TokenMap, elementwise_metrics
+    from blockattn.judge import tolerances
+    from oracles import error_bound
+
+    name = "fp32-split-operands"
+    tol = tolerances.load(tolerances.default_tolerance_dir() / "v5.toml")
+    model = models.parse(name, tol.data["models"][name], name)
+    dt = "bfloat16" if q.dtype == torch.bfloat16 else "float16"
+    ref = oracles.rotary_block_attention_backward(q, k, v, off, sinu, do, rotate_v=rotate_v)
+    (bnd,) = error_bound.attention_error_bounds(q, k, v, off, do, models=[model.resolve(dt)],
+                                               sinu_pos=sinu, rotate_v=rotate_v, block_size=64)
+    tmap = TokenMap(off, q.shape[0], 64, q.device)
+    out = {}
+    for nm, y, r in zip(("dQ", "dK", "dV"), got, ref, strict=True):
+        assert bool(torch.isfinite(y).all()), f"{nm}: unwritten (NaN) or non-finite elements"
+        m = elementwise_metrics(y, r, dt, bound=bnd[nm], c=model.c, tmap=tmap)
+        out[nm] = m["bound"]["violations"]
+    return out
+
+
+def _apart(a: torch.Tensor, b: torch.Tensor) -> int:
+    fa, fb = a.double(), b.double()
+    tol = torch.finfo(a.dtype).eps * torch.maximum(fa.abs(), fb.abs()) + 2.0**-16 * float(
+        fb.abs().max())
+    return int((~((fa - fb).abs() <= tol)).sum())
+
+
+@gpu_only
+@pytest.mark.parametrize("dtype,D", [(torch.bfloat16, 128), (torch.bfloat16, 64),
+                                     (torch.float16, 128), (torch.float16, 64)],
+                         ids=["bf16-d128", "bf16-d64", "fp16-d128", "fp16-d64"])
+@ROTATE_V
+@CHAINS
+def test_gluon_rotary_inside_the_bound_and_near_portable(dtype, D, rotate_v, chains) -> None:
+    q, k, v, do, off, sinu = _inputs(D, dtype, LENGTHS, seed=11)
+    before = [t.clone() for t in (q, k, v, do, sinu)]
+    got = _gluon(q, k, v, do, off, sinu, rotate_v, chains)
+    assert _violations(q, k, v, do, off, sinu, rotate_v, got) == {"dQ": 0, "dK": 0, "dV": 0}
+    ref = tuple(torch.full_like(q, float("nan")) for _ in range(3))
+    A.launch_bwd(q, k, v, do, build_tile_table(off, q.shape[0], 64), sinu, D ** -0.5, 64,
+                 rotate_v, ref)
+    for name, a, b in zip(("dQ", "dK", "dV"), got, ref, strict=True):
+        assert _apart(a, b) == 0, f"{name}: beyond 1 ulp of the portable rotary kernel"
+    for a, b in zip((q, k, v, do, sinu), before, strict=True):
+        assert torch.equal(a, b), "an input was modified"
+    again = _gluon(q, k, v, do, off, sinu, rotate_v, chains)
+    for a, b in zip(got, again, strict=True):
+        assert torch.equal(a, b), "not bitwise repeatable"
+
+
+@gpu_only
+@CHAINS
+@pytest.mark.parametrize("D", [64, 128])
+def test_gluon_rotary_persistent_loop_many_tiles(chains, D) -> None:
+    g = torch.Generator().manual_seed(7)
+    lengths = torch.randint(0, 700, (128,), generator=g).tolist()
+    q, k, v, do, off, sinu = _inputs(D, torch.bfloat16, lengths, seed=12)
+    got = _gluon(q, k, v, do, off, sinu, True, chains)
+    assert _violations(q, k, v, do, off, sinu, True, got) == {"dQ": 0, "dK": 0, "dV": 0}
+
+
+@gpu_only
+@CHAINS
+def test_gluon_rotary_rows_read_past_a_partial_block_are_contained(chains) -> None:
+    q, k, v, do, off, sinu = _inputs(128, torch.bfloat16, LENGTHS, seed=5)
+    clean = _gluon(q, k, v, do, off, sinu, True, chains)
+    # Sequence 2 starts at token 137: sequence 1's only block (100..136, n = 37) reads its rows.
+    for t in (q, k, v, do, sinu):
+        t[137:, ..., :64] = float("inf")
+        t[137:, ..., 64:] = float("nan")
+    dirty = _gluon(q, k, v, do, off, sinu, True, chains)
+    for name, a, b in zip(("dQ", "dK", "dV"), dirty, clean, strict=True):
+        assert torch.equal(a[:137], b[:137]), f"{name}: poison past a partial block leaked in"
