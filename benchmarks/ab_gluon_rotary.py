@@ -63,18 +63,18 @@ def main() -> int:
                                                         c.do, table, sinu, c.scale, 64,
                                                         rotate_v),
                 }
-                for n in (1, 2):
-                    paths[f"gluon_rot_{n}"] = functools.partial(
-                        GR.launch_bwd, c.q, c.k, c.v, c.do, grads, table, sinu, c.scale,
-                        rotate_v, n)
+                gluon = {"gluon_rot_1_w4": (1, 4), "gluon_rot_1_w8": (1, 8), "gluon_rot_2": (2, 4)}
+                for name, (n, w) in gluon.items():
+                    paths[name] = functools.partial(GR.launch_bwd, c.q, c.k, c.v, c.do, grads,
+                                                    table, sinu, c.scale, rotate_v, n, w)
                 ref = [t.clone() for t in paths["rotary_default"]()]
                 apart = {}
-                for n in (1, 2):
-                    got = paths[f"gluon_rot_{n}"]()
-                    apart[f"gluon_rot_{n}"] = {nm: elements_apart(a, b) for nm, a, b in
-                                               zip(("dQ", "dK", "dV"), got, ref, strict=True)}
-                    print(f"D={D} {dt} rotate_v={rv} gluon_rot_{n} vs default: "
-                          f"{apart[f'gluon_rot_{n}']}", flush=True)
+                for name in gluon:
+                    got = paths[name]()
+                    apart[name] = {nm: elements_apart(a, b) for nm, a, b in
+                                   zip(("dQ", "dK", "dV"), got, ref, strict=True)}
+                    print(f"D={D} {dt} rotate_v={rv} {name} vs default: {apart[name]}",
+                          flush=True)
                 times: dict[str, list[float]] = {name: [] for name in paths}
                 for _ in range(args.rounds):
                     for name, fn in paths.items():

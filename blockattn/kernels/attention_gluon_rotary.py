@@ -89,6 +89,48 @@ def _rotate(x, SIN, start, n, stride_st, CONJ: gl.constexpr):
 
 
 @gluon.jit
+def _rotate_with(x, sin, cos, CONJ: gl.constexpr):
+    """_rotate with the tables already read (in the pairs' layout of x's)."""
+    BM: gl.constexpr = x.shape[0]
+    HD: gl.constexpr = x.shape[1]
+    x0, x1 = gl.split(gl.reshape(x, [BM, HD // 2, 2]))
+    if CONJ:
+        y0 = x0 * cos + x1 * sin
+        y1 = x1 * cos - x0 * sin
+    else:
+        y0 = x0 * cos - x1 * sin
+        y1 = x1 * cos + x0 * sin
+    return gl.convert_layout(gl.reshape(gl.join(y0, y1), [BM, HD]), x.type.layout)
+
+
+@gluon.jit
+def _rotate_split_with(buf, lo_buf, sin, cos, lay: gl.constexpr, n, CENTRE: gl.constexpr):
+    """_rotate_split with the tables already read."""
+    x = _rotate_with(buf.load(lay).to(gl.float32), sin, cos, False)
+    if CENTRE:
+        rows = gl.arange(0, x.shape[0], layout=gl.SliceLayout(1, lay))
+        m = gl.sum(x, axis=0) / gl.maximum(n, 1).to(gl.float32)
+        x = gl.where(gl.expand_dims(rows < n, 1), x - gl.expand_dims(m, 0), 0.0)
+    hi, lo = _split(x, buf.dtype)
+    buf.store(hi)
+    lo_buf.store(lo)
+
+
+@gluon.jit
+def _emit_with(x, sin, cos, buf, desc, base, start, n, h, stride_t, stride_h,
+               ROTATE: gl.constexpr, r_lay: gl.constexpr):
+    """_emit with the tables already read."""
+    if ROTATE:
+        x = _rotate_with(x, sin, cos, True)
+    buf.store(x.to(buf.dtype))
+    fence_async_shared()
+    if n == buf.shape[0]:
+        tma.async_copy_shared_to_global(desc, [start.to(gl.int32), h * buf.shape[1]], buf)
+    else:
+        _store_rows(base, buf, start, n, h, stride_t, stride_h, r_lay)
+
+
+@gluon.jit
 def _rotate_split(buf, lo_buf, SIN, start, n, stride_st, lay: gl.constexpr, CENTRE: gl.constexpr):
     """The raw tile in `buf` rotated (and, CENTRE, minus the mean of its n valid rows; padded
     rows stay 0), split into hi (written over the raw tile) and lo (to `lo_buf`)."""
@@ -157,11 +199,18 @@ def _bwd_rot_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, 
     for i in gl.static_range(2):
         mbarrier.init(bars.index(i), count=1)
 
-    s_lay: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
-                                                    instr_shape=[16, BM, 16])
-    o_lay: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
-                                                    instr_shape=[16, HD, 16])
+    # 8 warps: two warpgroups share each MMA along N, and every elementwise step's work
+    WG: gl.constexpr = num_warps // 4
+    s_lay: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, WG],
+                                                    instr_shape=[16, BM // WG, 16])
+    o_lay: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, WG],
+                                                    instr_shape=[16, HD // WG, 16])
     r_lay: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [num_warps, 1], [1, 0])
+    # the layouts of one column of the interleaved pairs of a tile in r_lay and in o_lay
+    rp, _ = gl.split(gl.reshape(gl.zeros([BM, HD], gl.float32, r_lay), [BM, HD // 2, 2]))
+    op, _ = gl.split(gl.reshape(gl.zeros([BM, HD], gl.float32, o_lay), [BM, HD // 2, 2]))
+    rp_lay: gl.constexpr = rp.type.layout
+    op_lay: gl.constexpr = op.type.layout
     pid = gl.program_id(0)
     n_prog = gl.num_programs(0)
     n_my = (n_tiles - pid + n_prog - 1) // n_prog
@@ -177,6 +226,8 @@ def _bwd_rot_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, 
                      bars.index(1 - stage), 1 - stage, q_s, k_s, v_s, do_s, i + 1 < n_my)
         nn_start, nn_n, nn_h = _tile_at(gl.minimum(t + 2 * n_prog, n_tiles - 1), tile_start,
                                         tile_len, H)
+        # the table is read once per layout and tile, before the waits it can overlap
+        sin_r, cos_r = _table(SIN, start, n, stride_st, rp_lay, BM, HD // 2)
         mbarrier.wait(bars.index(stage), (i // 2) & 1)
         if n > 0:
             qb = q_s.index(stage)
@@ -191,7 +242,7 @@ def _bwd_rot_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, 
             tma.store_wait(pendings=0)  # the last tile's gradients have left vc_s and kl_s
             # V first: dP needs only V and dO, so its MMAs run while q and k are rotated
             if ROTATE_V:
-                _rotate_split(vb, vc_s.index(1), SIN, start, n, stride_st, r_lay, True)
+                _rotate_split_with(vb, vc_s.index(1), sin_r, cos_r, r_lay, n, True)
                 vhb = vb
             else:
                 vhi, vlo = _centred_split(vb, V, start, n, h, stride_vt, stride_vh, r_lay,
@@ -203,8 +254,8 @@ def _bwd_rot_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, 
             zs = gl.zeros([BM, BM], gl.float32, s_lay)
             dp = warpgroup_mma(dob, vc_s.index(1).permute((1, 0)), zs, use_acc=False)
             dp = warpgroup_mma(dob, vhb.permute((1, 0)), dp)
-            _rotate_split(qb, ql_s, SIN, start, n, stride_st, r_lay, False)
-            _rotate_split(kb, kl_s, SIN, start, n, stride_st, r_lay, False)
+            _rotate_split_with(qb, ql_s, sin_r, cos_r, r_lay, n, False)
+            _rotate_split_with(kb, kl_s, sin_r, cos_r, r_lay, n, False)
             fence_async_shared()
             sc = warpgroup_mma(ql_s, kb.permute((1, 0)), zs, use_acc=False)
             sc = warpgroup_mma(qb, kl_s.permute((1, 0)), sc)
@@ -215,6 +266,7 @@ def _bwd_rot_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, 
                 up, down = _pow2_scale(gl.max(gl.max(gl.abs(ds), axis=1), axis=0), 14)
                 ds = ds * up
                 dscale = sm_scale * down
+            sin_o, cos_o = _table(SIN, start, n, stride_st, op_lay, BM, HD // 2)
             phi, plo = _split(p, dtype)
             pd_s.index(0).store(phi)
             pd_s.index(1).store(plo)
@@ -224,21 +276,21 @@ def _bwd_rot_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, 
             dv = warpgroup_mma(pd_s.index(0).permute((1, 0)), dob, dv)
             # dS split in the block of its product (as attention_gluon: the same fused FMAs)
             dshi, dslo = _split(ds, dtype)
-            _emit(dv, vc_s.index(0), dv_desc, DV, SIN, start, n, h, stride_dvt, stride_dvh,
-                  stride_st, ROTATE_V, r_lay)
+            _emit_with(dv, sin_o, cos_o, vc_s.index(0), dv_desc, DV, start, n, h, stride_dvt,
+                       stride_dvh, ROTATE_V, r_lay)
             pd_s.index(0).store(dshi)
             pd_s.index(1).store(dslo)
             fence_async_shared()
             dq = warpgroup_mma(pd_s.index(1), kb, zo, use_acc=False)
             dq = warpgroup_mma(pd_s.index(0), kl_s, dq)
             dq = warpgroup_mma(pd_s.index(0), kb, dq)
-            _emit(dq * dscale, vc_s.index(1), dq_desc, DQ, SIN, start, n, h, stride_dqt,
-                  stride_dqh, stride_st, True, r_lay)
+            _emit_with(dq * dscale, sin_o, cos_o, vc_s.index(1), dq_desc, DQ, start, n, h,
+                       stride_dqt, stride_dqh, True, r_lay)
             dk = warpgroup_mma(pd_s.index(1).permute((1, 0)), qb, zo, use_acc=False)
             dk = warpgroup_mma(pd_s.index(0).permute((1, 0)), ql_s, dk)
             dk = warpgroup_mma(pd_s.index(0).permute((1, 0)), qb, dk)
-            _emit(dk * dscale, kl_s, dk_desc, DK, SIN, start, n, h, stride_dkt, stride_dkh,
-                  stride_st, True, r_lay)
+            _emit_with(dk * dscale, sin_o, cos_o, kl_s, dk_desc, DK, start, n, h, stride_dkt,
+                       stride_dkh, True, r_lay)
         start, n, h = nx_start, nx_n, nx_h
         nx_start, nx_n, nx_h = nn_start, nn_n, nn_h
     tma.store_wait(pendings=0)
@@ -276,6 +328,10 @@ def _rot_consumer(C: gl.constexpr, q_desc, k_desc, v_desc, do_desc, dq_desc, dk_
     o_lay: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1],
                                                     instr_shape=[16, HD, 16])
     r_lay: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [NW, 1], [1, 0])
+    rp, _ = gl.split(gl.reshape(gl.zeros([BM, HD], gl.float32, r_lay), [BM, HD // 2, 2]))
+    op, _ = gl.split(gl.reshape(gl.zeros([BM, HD], gl.float32, o_lay), [BM, HD // 2, 2]))
+    rp_lay: gl.constexpr = rp.type.layout
+    op_lay: gl.constexpr = op.type.layout
     PER: gl.constexpr = 2 * BM // HD  # (BM, D) tiles per chain's P/dS pair: 1 (D=128), 2
     k_out = pd_s._reinterpret(dtype, [2 * PER, BM, HD], lay)
     vp = 2 * gl.program_id(0) + C
@@ -306,6 +362,7 @@ def _rot_consumer(C: gl.constexpr, q_desc, k_desc, v_desc, do_desc, dq_desc, dk_
         kb_out = k_out.index(j * PER)
         nn_start, nn_n, nn_h = _tile_at(gl.minimum(t + 2 * n_vp, n_tiles - 1), tile_start,
                                         tile_len, H)
+        sin_r, cos_r = _table(SIN, start, n, stride_st, rp_lay, BM, HD // 2)
         mbarrier.wait(bar_vo, i & 1)
         if n > 0:
             if n < BM:
@@ -313,7 +370,7 @@ def _rot_consumer(C: gl.constexpr, q_desc, k_desc, v_desc, do_desc, dq_desc, dk_
                 _zero_rows(db, n, r_lay)
             tma.store_wait(pendings=1)  # the last tile's dQ has left E (its dK may be in flight)
             if ROTATE_V:
-                _rotate_split(cb, eb, SIN, start, n, stride_st, r_lay, True)
+                _rotate_split_with(cb, eb, sin_r, cos_r, r_lay, n, True)
             else:
                 vhi, vlo = _centred_split(cb, V, start, n, h, stride_vt, stride_vh, r_lay, dtype)
                 cb.store(vhi)
@@ -326,8 +383,8 @@ def _rot_consumer(C: gl.constexpr, q_desc, k_desc, v_desc, do_desc, dq_desc, dk_
             if n < BM:
                 _zero_rows(ab, n, r_lay)
                 _zero_rows(bb, n, r_lay)
-            _rotate_split(ab, cb, SIN, start, n, stride_st, r_lay, False)
-            _rotate_split(bb, eb, SIN, start, n, stride_st, r_lay, False)
+            _rotate_split_with(ab, cb, sin_r, cos_r, r_lay, n, False)
+            _rotate_split_with(bb, eb, sin_r, cos_r, r_lay, n, False)
             fence_async_shared()
             sc = warpgroup_mma(cb, bb.permute((1, 0)), zs, use_acc=False)
             sc = warpgroup_mma(ab, eb.permute((1, 0)), sc)
@@ -338,6 +395,7 @@ def _rot_consumer(C: gl.constexpr, q_desc, k_desc, v_desc, do_desc, dq_desc, dk_
                 up, down = _pow2_scale(gl.max(gl.max(gl.abs(ds), axis=1), axis=0), 14)
                 ds = ds * up
                 dscale = sm_scale * down
+            sin_o, cos_o = _table(SIN, start, n, stride_st, op_lay, BM, HD // 2)
             phi, plo = _split(p, dtype)
             tma.store_wait(pendings=0)  # the last tile's dK has left the P/dS pair
             hi_s.store(phi)
@@ -347,8 +405,8 @@ def _rot_consumer(C: gl.constexpr, q_desc, k_desc, v_desc, do_desc, dq_desc, dk_
             dv = warpgroup_mma(lo_s.permute((1, 0)), db, zo, use_acc=False)
             dv = warpgroup_mma(hi_s.permute((1, 0)), db, dv)
             dshi, dslo = _split(ds, dtype)
-            _emit(dv, db, dv_desc, DV, SIN, start, n, h, stride_dvt, stride_dvh, stride_st,
-                  ROTATE_V, r_lay)
+            _emit_with(dv, sin_o, cos_o, db, dv_desc, DV, start, n, h, stride_dvt, stride_dvh,
+                       ROTATE_V, r_lay)
             hi_s.store(dshi)
             lo_s.store(dslo)
             fence_async_shared()
@@ -357,16 +415,16 @@ def _rot_consumer(C: gl.constexpr, q_desc, k_desc, v_desc, do_desc, dq_desc, dk_
             dq = warpgroup_mma(hi_s, bb, dq)
             mbarrier.expect(bar_qk, 2 * k_desc.block_type.nbytes, pred=more)
             tma.async_copy_global_to_shared(k_desc, [nrow, nx_h * HD], bar_qk, bb, more)
-            _emit(dq * dscale, eb, dq_desc, DQ, SIN, start, n, h, stride_dqt, stride_dqh,
-                  stride_st, True, r_lay)
+            _emit_with(dq * dscale, sin_o, cos_o, eb, dq_desc, DQ, start, n, h, stride_dqt,
+                       stride_dqh, True, r_lay)
             dk = warpgroup_mma(lo_s.permute((1, 0)), ab, zo, use_acc=False)
             dk = warpgroup_mma(hi_s.permute((1, 0)), cb, dk)
             dk = warpgroup_mma(hi_s.permute((1, 0)), ab, dk)
             tma.async_copy_global_to_shared(q_desc, [nrow, nx_h * HD], bar_qk, ab, more)
             tma.store_wait(pendings=1)  # dV's store has read D
             _load_pair(v_desc, do_desc, nrow, nx_h * HD, bar_vo, cb, db, more)
-            _emit(dk * dscale, kb_out, dk_desc, DK, SIN, start, n, h, stride_dkt, stride_dkh,
-                  stride_st, True, r_lay)
+            _emit_with(dk * dscale, sin_o, cos_o, kb_out, dk_desc, DK, start, n, h, stride_dkt,
+                       stride_dkh, True, r_lay)
         else:
             mbarrier.wait(bar_qk, i & 1)
             tma.store_wait(pendings=0)
@@ -418,7 +476,8 @@ def _bwd_rot_kernel_ws(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_des
 # ----------------------------------------------------------------------------- eligibility
 
 HEAD_DIMS = (64, 128)  # shared memory: 208 KB at D = 128
-PROGRAMS_PER_SM = {64: 2, 128: 1}
+PROGRAMS_PER_SM = {64: 1, 128: 1}  # one-chain kernel at NUM_WARPS
+NUM_WARPS = 8  # one-chain kernel: two warpgroups share each tile
 WORKER_REGS = 248  # setmaxnreg of the second warpgroup (the default one keeps 255)
 
 
@@ -443,7 +502,8 @@ def unsupported(q: Tensor, sinu_pos: Tensor, block_size: int, centred: bool) -> 
 
 def launch_bwd(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor,
                grads: tuple[Tensor, Tensor, Tensor], table: TileTable, sinu_pos: Tensor,
-               scale: float, rotate_v: bool, n_chains: int = 2) -> tuple[Tensor, Tensor, Tensor]:
+               scale: float, rotate_v: bool, n_chains: int = 2,
+               num_warps: int = NUM_WARPS) -> tuple[Tensor, Tensor, Tensor]:
     """(dq, dk, dv) w.r.t. the un-rotated q, k, v into `grads`; inputs are eligible.
     n_chains: 2 = _bwd_rot_kernel_ws (two warpgroups, one CTA per SM), 1 = _bwd_rot_kernel."""
     T, H, D = q.shape
@@ -463,5 +523,6 @@ def launch_bwd(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor,
         _bwd_rot_kernel_ws[(min((n_tiles + 1) // 2, sms),)](*args, WORKER_REGS=WORKER_REGS,
                                                               **flags)
     else:
+        flags["num_warps"] = num_warps
         _bwd_rot_kernel[(min(n_tiles, sms * PROGRAMS_PER_SM[D]),)](*args, **flags)
     return dq, dk, dv

@@ -354,7 +354,7 @@ def _compile_gluon(variant: Variant, target: str, res: Result) -> Result:
             signature[name] = "fp32"
         else:
             raise RuntimeError(f"{fn.__name__}: argument {name} unknown to compile-check")
-    num_warps = 4
+    num_warps = GR.NUM_WARPS if rotary and not two else 4
     constexprs = dict(H=N_HEADS, IS_BF16=variant.dtype == "bf16", num_warps=num_warps)
     if two:
         constexprs["WORKER_REGS"] = (GR if rotary else G).WORKER_REGS
