@@ -22,9 +22,21 @@ rows (or, without rotate_v, the plain V minus its first row), dS = P (dP - Di) w
 twice, dV = P^T dO, dQ = dS K, dK = dS^T Q with P and dS as hi + lo, the MMAs of each product
 in _mma_split's order (lo terms first). fp16 splits dS at a power-of-two scale.
 
-Shared memory (one chain, two input stages): 208 KB at D = 128 (one CTA per SM), 104 KB at
-D = 64 (two). Gluon has no interpreter: off an sm_90 GPU this path never runs (dispatch falls
-back) and the CPU tests compile it ahead of time for sm_90.
+Two kernels, the same arithmetic: _bwd_rot_kernel runs one chain per CTA with two input stages
+(8 warps: two warpgroups share each MMA along N and every elementwise step; 208 KB of shared
+memory at D = 128); _bwd_rot_kernel_ws runs two chains per CTA (two warpgroups under
+warp_specialize, each in five (64, D) buffers and the P/dS pair: 96 KB at D = 128).
+
+Opt-in (BLOCKATTN_KERNEL_PATH=gluon or prefer-gluon), not a default: same-run A/B on an H200
+(results/h200_2026-11-26e/ab_f6db98d, shape P, bf16), two chains against the default rotary
+backward: D = 128 6.887 vs 6.973 ms (rotate_v) and 5.344 vs 6.014 (q/k only); D = 64 2.931 vs
+3.130 and 2.739 vs 2.894; the plain backward 2.84 / 1.67 ms, so fused rotary stays 2.4x / 1.8x
+plain. It is ALU-latency bound: its static SASS holds 1.70x the plain two-chain kernel's
+instructions (rotate_v; 1.55x q/k only) and each warp scheduler has two warps to hide them.
+One chain took 7.45 ms at 4 warps and 7.62 at 8. Reading each table once per layout and tile,
+ahead of the waits, took the two-chain time from 9.43 to 6.89 ms (ab_af0da87 -> ab_f6db98d).
+Gluon has no interpreter: off an sm_90 GPU this path never runs (dispatch falls back) and the
+CPU tests compile it ahead of time for sm_90.
 """
 
 from __future__ import annotations
@@ -46,7 +58,9 @@ from blockattn.kernels.attention_gluon import (
     _centred_split,
     _desc,
     _issue_loads,
+    _load_pair,
     _pow2_scale,
+    _probs_and_ds,
     _split,
     _store_rows,
     _tile_at,
@@ -71,26 +85,9 @@ def _table(SIN, start, n, stride_st, lay: gl.constexpr, BM: gl.constexpr, HALF: 
 
 
 @gluon.jit
-def _rotate(x, SIN, start, n, stride_st, CONJ: gl.constexpr):
-    """Rotary of fp32 x (BM, D) on interleaved pairs, in x's own layout (each thread must hold
-    both columns of a pair); CONJ applies the transpose. The table is read in the pairs'
-    layout."""
-    BM: gl.constexpr = x.shape[0]
-    HD: gl.constexpr = x.shape[1]
-    x0, x1 = gl.split(gl.reshape(x, [BM, HD // 2, 2]))
-    sin, cos = _table(SIN, start, n, stride_st, gl.constexpr(x0.type.layout), BM, HD // 2)
-    if CONJ:
-        y0 = x0 * cos + x1 * sin
-        y1 = x1 * cos - x0 * sin
-    else:
-        y0 = x0 * cos - x1 * sin
-        y1 = x1 * cos + x0 * sin
-    return gl.convert_layout(gl.reshape(gl.join(y0, y1), [BM, HD]), x.type.layout)
-
-
-@gluon.jit
-def _rotate_with(x, sin, cos, CONJ: gl.constexpr):
-    """_rotate with the tables already read (in the pairs' layout of x's)."""
+def _rotate(x, sin, cos, CONJ: gl.constexpr):
+    """Rotary of fp32 x (BM, D) on interleaved pairs, in x's own layout (each thread holds both
+    columns of a pair), by sin/cos read in the pairs' layout (_table); CONJ: the transpose."""
     BM: gl.constexpr = x.shape[0]
     HD: gl.constexpr = x.shape[1]
     x0, x1 = gl.split(gl.reshape(x, [BM, HD // 2, 2]))
@@ -104,37 +101,10 @@ def _rotate_with(x, sin, cos, CONJ: gl.constexpr):
 
 
 @gluon.jit
-def _rotate_split_with(buf, lo_buf, sin, cos, lay: gl.constexpr, n, CENTRE: gl.constexpr):
-    """_rotate_split with the tables already read."""
-    x = _rotate_with(buf.load(lay).to(gl.float32), sin, cos, False)
-    if CENTRE:
-        rows = gl.arange(0, x.shape[0], layout=gl.SliceLayout(1, lay))
-        m = gl.sum(x, axis=0) / gl.maximum(n, 1).to(gl.float32)
-        x = gl.where(gl.expand_dims(rows < n, 1), x - gl.expand_dims(m, 0), 0.0)
-    hi, lo = _split(x, buf.dtype)
-    buf.store(hi)
-    lo_buf.store(lo)
-
-
-@gluon.jit
-def _emit_with(x, sin, cos, buf, desc, base, start, n, h, stride_t, stride_h,
-               ROTATE: gl.constexpr, r_lay: gl.constexpr):
-    """_emit with the tables already read."""
-    if ROTATE:
-        x = _rotate_with(x, sin, cos, True)
-    buf.store(x.to(buf.dtype))
-    fence_async_shared()
-    if n == buf.shape[0]:
-        tma.async_copy_shared_to_global(desc, [start.to(gl.int32), h * buf.shape[1]], buf)
-    else:
-        _store_rows(base, buf, start, n, h, stride_t, stride_h, r_lay)
-
-
-@gluon.jit
-def _rotate_split(buf, lo_buf, SIN, start, n, stride_st, lay: gl.constexpr, CENTRE: gl.constexpr):
+def _rotate_split(buf, lo_buf, sin, cos, lay: gl.constexpr, n, CENTRE: gl.constexpr):
     """The raw tile in `buf` rotated (and, CENTRE, minus the mean of its n valid rows; padded
     rows stay 0), split into hi (written over the raw tile) and lo (to `lo_buf`)."""
-    x = _rotate(buf.load(lay).to(gl.float32), SIN, start, n, stride_st, False)
+    x = _rotate(buf.load(lay).to(gl.float32), sin, cos, False)
     if CENTRE:
         rows = gl.arange(0, x.shape[0], layout=gl.SliceLayout(1, lay))
         m = gl.sum(x, axis=0) / gl.maximum(n, 1).to(gl.float32)
@@ -145,33 +115,18 @@ def _rotate_split(buf, lo_buf, SIN, start, n, stride_st, lay: gl.constexpr, CENT
 
 
 @gluon.jit
-def _probs_and_ds(sc, dp, n, qk_scale, s_lay: gl.constexpr):
-    """P = softmax over the n valid keys (log2 domain, fp32) and dS = P (dP - Di), Di summed
-    twice (attention_gluon's, so both paths form the same dS)."""
-    cols = gl.arange(0, sc.shape[1], layout=gl.SliceLayout(0, s_lay))
-    sc = gl.where(gl.expand_dims(cols < n, 0), sc * qk_scale, float("-inf"))
-    p = gl.exp2(sc - gl.expand_dims(gl.max(sc, axis=1), 1))
-    p = p / gl.expand_dims(gl.sum(p, axis=1), 1)
-    dp = dp - gl.expand_dims(gl.sum(p * dp, axis=1), 1)
-    return p, p * (dp - gl.expand_dims(gl.sum(p * dp, axis=1), 1))
-
-
-@gluon.jit
-def _emit(x, buf, desc, base, SIN, start, n, h, stride_t, stride_h, stride_st,
-          ROTATE: gl.constexpr, r_lay: gl.constexpr):
+def _emit(x, sin, cos, buf, desc, base, start, n, h, stride_t, stride_h,
+               ROTATE: gl.constexpr, r_lay: gl.constexpr):
     """A finished fp32 gradient, rotated back (ROTATE) in its own layout, rounded, staged in
     `buf` and stored: by TMA for a full tile, by masked rows for a partial one."""
     if ROTATE:
-        x = _rotate(x, SIN, start, n, stride_st, True)
+        x = _rotate(x, sin, cos, True)
     buf.store(x.to(buf.dtype))
     fence_async_shared()
     if n == buf.shape[0]:
         tma.async_copy_shared_to_global(desc, [start.to(gl.int32), h * buf.shape[1]], buf)
     else:
         _store_rows(base, buf, start, n, h, stride_t, stride_h, r_lay)
-
-
-# ----------------------------------------------------------------------------- kernel
 
 
 @gluon.jit
@@ -242,7 +197,7 @@ def _bwd_rot_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, 
             tma.store_wait(pendings=0)  # the last tile's gradients have left vc_s and kl_s
             # V first: dP needs only V and dO, so its MMAs run while q and k are rotated
             if ROTATE_V:
-                _rotate_split_with(vb, vc_s.index(1), sin_r, cos_r, r_lay, n, True)
+                _rotate_split(vb, vc_s.index(1), sin_r, cos_r, r_lay, n, True)
                 vhb = vb
             else:
                 vhi, vlo = _centred_split(vb, V, start, n, h, stride_vt, stride_vh, r_lay,
@@ -254,8 +209,8 @@ def _bwd_rot_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, 
             zs = gl.zeros([BM, BM], gl.float32, s_lay)
             dp = warpgroup_mma(dob, vc_s.index(1).permute((1, 0)), zs, use_acc=False)
             dp = warpgroup_mma(dob, vhb.permute((1, 0)), dp)
-            _rotate_split_with(qb, ql_s, sin_r, cos_r, r_lay, n, False)
-            _rotate_split_with(kb, kl_s, sin_r, cos_r, r_lay, n, False)
+            _rotate_split(qb, ql_s, sin_r, cos_r, r_lay, n, False)
+            _rotate_split(kb, kl_s, sin_r, cos_r, r_lay, n, False)
             fence_async_shared()
             sc = warpgroup_mma(ql_s, kb.permute((1, 0)), zs, use_acc=False)
             sc = warpgroup_mma(qb, kl_s.permute((1, 0)), sc)
@@ -276,7 +231,7 @@ def _bwd_rot_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, 
             dv = warpgroup_mma(pd_s.index(0).permute((1, 0)), dob, dv)
             # dS split in the block of its product (as attention_gluon: the same fused FMAs)
             dshi, dslo = _split(ds, dtype)
-            _emit_with(dv, sin_o, cos_o, vc_s.index(0), dv_desc, DV, start, n, h, stride_dvt,
+            _emit(dv, sin_o, cos_o, vc_s.index(0), dv_desc, DV, start, n, h, stride_dvt,
                        stride_dvh, ROTATE_V, r_lay)
             pd_s.index(0).store(dshi)
             pd_s.index(1).store(dslo)
@@ -284,26 +239,18 @@ def _bwd_rot_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, 
             dq = warpgroup_mma(pd_s.index(1), kb, zo, use_acc=False)
             dq = warpgroup_mma(pd_s.index(0), kl_s, dq)
             dq = warpgroup_mma(pd_s.index(0), kb, dq)
-            _emit_with(dq * dscale, sin_o, cos_o, vc_s.index(1), dq_desc, DQ, start, n, h,
+            _emit(dq * dscale, sin_o, cos_o, vc_s.index(1), dq_desc, DQ, start, n, h,
                        stride_dqt, stride_dqh, True, r_lay)
             dk = warpgroup_mma(pd_s.index(1).permute((1, 0)), qb, zo, use_acc=False)
             dk = warpgroup_mma(pd_s.index(0).permute((1, 0)), ql_s, dk)
             dk = warpgroup_mma(pd_s.index(0).permute((1, 0)), qb, dk)
-            _emit_with(dk * dscale, sin_o, cos_o, kl_s, dk_desc, DK, start, n, h, stride_dkt,
+            _emit(dk * dscale, sin_o, cos_o, kl_s, dk_desc, DK, start, n, h, stride_dkt,
                        stride_dkh, True, r_lay)
         start, n, h = nx_start, nx_n, nx_h
         nx_start, nx_n, nx_h = nn_start, nn_n, nn_h
     tma.store_wait(pendings=0)
     for i in gl.static_range(2):
         mbarrier.invalidate(bars.index(i))
-
-
-@gluon.jit
-def _load_pair(desc_a, desc_b, row, col, bar, buf_a, buf_b, pred):
-    """TMA of two of a tile's inputs, completing on `bar`."""
-    mbarrier.expect(bar, 2 * desc_a.block_type.nbytes, pred=pred)
-    tma.async_copy_global_to_shared(desc_a, [row, col], bar, buf_a, pred)
-    tma.async_copy_global_to_shared(desc_b, [row, col], bar, buf_b, pred)
 
 
 @gluon.jit
@@ -370,7 +317,7 @@ def _rot_consumer(C: gl.constexpr, q_desc, k_desc, v_desc, do_desc, dq_desc, dk_
                 _zero_rows(db, n, r_lay)
             tma.store_wait(pendings=1)  # the last tile's dQ has left E (its dK may be in flight)
             if ROTATE_V:
-                _rotate_split_with(cb, eb, sin_r, cos_r, r_lay, n, True)
+                _rotate_split(cb, eb, sin_r, cos_r, r_lay, n, True)
             else:
                 vhi, vlo = _centred_split(cb, V, start, n, h, stride_vt, stride_vh, r_lay, dtype)
                 cb.store(vhi)
@@ -383,8 +330,8 @@ def _rot_consumer(C: gl.constexpr, q_desc, k_desc, v_desc, do_desc, dq_desc, dk_
             if n < BM:
                 _zero_rows(ab, n, r_lay)
                 _zero_rows(bb, n, r_lay)
-            _rotate_split_with(ab, cb, sin_r, cos_r, r_lay, n, False)
-            _rotate_split_with(bb, eb, sin_r, cos_r, r_lay, n, False)
+            _rotate_split(ab, cb, sin_r, cos_r, r_lay, n, False)
+            _rotate_split(bb, eb, sin_r, cos_r, r_lay, n, False)
             fence_async_shared()
             sc = warpgroup_mma(cb, bb.permute((1, 0)), zs, use_acc=False)
             sc = warpgroup_mma(ab, eb.permute((1, 0)), sc)
@@ -405,7 +352,7 @@ def _rot_consumer(C: gl.constexpr, q_desc, k_desc, v_desc, do_desc, dq_desc, dk_
             dv = warpgroup_mma(lo_s.permute((1, 0)), db, zo, use_acc=False)
             dv = warpgroup_mma(hi_s.permute((1, 0)), db, dv)
             dshi, dslo = _split(ds, dtype)
-            _emit_with(dv, sin_o, cos_o, db, dv_desc, DV, start, n, h, stride_dvt, stride_dvh,
+            _emit(dv, sin_o, cos_o, db, dv_desc, DV, start, n, h, stride_dvt, stride_dvh,
                        ROTATE_V, r_lay)
             hi_s.store(dshi)
             lo_s.store(dslo)
@@ -415,7 +362,7 @@ def _rot_consumer(C: gl.constexpr, q_desc, k_desc, v_desc, do_desc, dq_desc, dk_
             dq = warpgroup_mma(hi_s, bb, dq)
             mbarrier.expect(bar_qk, 2 * k_desc.block_type.nbytes, pred=more)
             tma.async_copy_global_to_shared(k_desc, [nrow, nx_h * HD], bar_qk, bb, more)
-            _emit_with(dq * dscale, sin_o, cos_o, eb, dq_desc, DQ, start, n, h, stride_dqt,
+            _emit(dq * dscale, sin_o, cos_o, eb, dq_desc, DQ, start, n, h, stride_dqt,
                        stride_dqh, True, r_lay)
             dk = warpgroup_mma(lo_s.permute((1, 0)), ab, zo, use_acc=False)
             dk = warpgroup_mma(hi_s.permute((1, 0)), cb, dk)
@@ -423,7 +370,7 @@ def _rot_consumer(C: gl.constexpr, q_desc, k_desc, v_desc, do_desc, dq_desc, dk_
             tma.async_copy_global_to_shared(q_desc, [nrow, nx_h * HD], bar_qk, ab, more)
             tma.store_wait(pendings=1)  # dV's store has read D
             _load_pair(v_desc, do_desc, nrow, nx_h * HD, bar_vo, cb, db, more)
-            _emit_with(dk * dscale, sin_o, cos_o, kb_out, dk_desc, DK, start, n, h, stride_dkt,
+            _emit(dk * dscale, sin_o, cos_o, kb_out, dk_desc, DK, start, n, h, stride_dkt,
                        stride_dkh, True, r_lay)
         else:
             mbarrier.wait(bar_qk, i & 1)

@@ -18,7 +18,9 @@ by default (its CONFIGS are empty: it was measured slower everywhere). The Gluon
 (blockattn.kernels.attention_gluon, names ending "-gluon": plain bwd, bf16/fp16) is built for
 sm_90 only, through GluonASTSource; it is a default path, so its spills are gated at 0 B, and the
 CTAs per SM its launch puts must fit. Its two-chain kernel (names ending "-gluon2": two warpgroups,
-the default at D = 128 on the H200) is gated the same way, at 1 CTA of 8 warps per SM.
+the default at D = 128 on the H200) is gated the same way, at 1 CTA of 8 warps per SM. The Gluon
+fused-rotary backward (attention_gluon_rotary, "-rot-gluon", "-rot-qk-gluon" and "-gluon2") is
+opt-in: it must build with MMAs, TMA and its CTAs per SM; its spills are recorded, not gated.
 
 The build must not see TRITON_INTERPRET=1: under it `@triton.jit` returns interpreter functions
 and `attention.INTERPRET` turns on the CPU shims. So the compiles always run in fresh worker
@@ -52,7 +54,8 @@ HEAD_DIMS = (64, 128)
 # "off": no sinu_pos; "rot": rotary on q, k and v (rotate_v=True); "rot-qk": rotate_v=False.
 ROTARY_MODES = ("off", "rot", "rot-qk")
 # hopper: the opt-in Triton TMA path, sm_90, 16-bit inputs only; gluon: the Gluon backward
-# (attention_gluon), sm_90, 16-bit, no rotary; gluon2: its two-chain kernel (_bwd_kernel_ws)
+# (attention_gluon; fused rotary: attention_gluon_rotary, opt-in), sm_90, 16-bit; gluon2: the
+# two-chain kernels (_bwd_kernel_ws, _bwd_rot_kernel_ws)
 PATHS = ("portable", "hopper", "gluon", "gluon2")
 TMA_OPCODE = "cp.async.bulk.tensor"
 TARGETS = {"sm_90": 90, "sm_100": 100}
@@ -371,7 +374,10 @@ def _compile_gluon(variant: Variant, target: str, res: Result) -> Result:
         res.failures.append(f"no {MMA_OPCODE[90]} in the PTX")
     if not res.mma_counts[TMA_OPCODE]:
         res.failures.append(f"no {TMA_OPCODE} (TMA) in the Gluon path's PTX")
-    if max(res.spill_stores or 0, res.spill_loads or 0) > 0:
+    if max(res.spill_stores or 0, res.spill_loads or 0) > 0 and rotary:
+        # Opt-in (no measured default: attention_gluon_rotary's docstring): recorded, not gated
+        res.mma += f" (spills {res.spill_stores}/{res.spill_loads} B: opt-in path, recorded)"
+    elif max(res.spill_stores or 0, res.spill_loads or 0) > 0:
         res.failures.append(f"spills: {res.spill_stores} B stores, {res.spill_loads} B loads "
                             f"({res.registers} registers; accepted: 0 B)")
     if res.smem + res.static_smem > MAX_SMEM_PER_CTA:

@@ -17,8 +17,9 @@ from blockattn.kernels.tiles import TileTable
 
 try:  # written against triton 3.6's Gluon Hopper API; another triton may lack it
     from blockattn.kernels import attention_gluon as G
+    from blockattn.kernels import attention_gluon_rotary as GR
 except ImportError as exc:
-    G = None
+    G = GR = None
     _NO_GLUON = f"this triton's Gluon lacks what the path uses ({exc})"
 
 
@@ -45,15 +46,22 @@ def gluon_bwd(q: Tensor, sinu_pos: Tensor | None, block_size: int, centred: bool
     the whole suite against it). Unset or "auto" takes it on sm_90 for the head dims in
     attention_gluon.configs() (CONFIGS and GPU_CONFIGS: entered where the device measured it
     faster) wherever it can run; attention_gluon.chains() then picks its one- or two-chain
-    kernel (BLOCKATTN_GLUON_CHAINS overrides).
+    kernel (BLOCKATTN_GLUON_CHAINS overrides). A fused-rotary backward goes to
+    attention_gluon_rotary under gluon / prefer-gluon only: it has no measured default yet.
     Gluon has no interpreter: under TRITON_INTERPRET=1 it never runs (forced: an error).
     """
     want = _wanted()
     if want not in ("auto", "gluon", "prefer-gluon"):
         return False
-    if want == "auto" and (INTERPRET or G is None or q.shape[2] not in G.configs(q.device)):
+    if want == "auto" and (INTERPRET or G is None or sinu_pos is not None
+                           or q.shape[2] not in G.configs(q.device)):
         return False  # no measured config: skip the checks below on every launch
-    why = _NO_GLUON if G is None else G.unsupported(q, sinu_pos, block_size, centred)
+    if G is None:
+        why = _NO_GLUON
+    elif sinu_pos is not None:
+        why = GR.unsupported(q, sinu_pos, block_size, centred)
+    else:
+        why = G.unsupported(q, sinu_pos, block_size, centred)
     if why is None and INTERPRET:
         why = "Gluon kernels have no interpreter (TRITON_INTERPRET=1)"
     elif why is None and not _on_sm90(q):
@@ -119,6 +127,8 @@ def attention_bwd(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor, table: Tile
     if grads is None:
         grads = tuple(torch.empty(q.shape, dtype=q.dtype, device=q.device) for _ in range(3))
     if gluon_bwd(q, sinu_pos, block_size, centred, (q, k, v, grad_out, *grads)):
+        if sinu_pos is not None:
+            return GR.launch_bwd(q, k, v, grad_out, grads, table, sinu_pos, scale, rotate_v)
         return G.launch_bwd(q, k, v, grad_out, grads, table, scale)
     if kernel_path("bwd", q, sinu_pos, (q, k, v, grad_out)) == "hopper":
         return AH.launch_bwd(q, k, v, grad_out, grads, table, sinu_pos, scale, block_size,
