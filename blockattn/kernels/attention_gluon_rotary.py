@@ -115,6 +115,25 @@ def _rotate_split(buf, lo_buf, sin, cos, lay: gl.constexpr, n, CENTRE: gl.conste
 
 
 @gluon.jit
+def _scores_to_ds(q_hi, q_lo, k_hi, k_lo, dp, n, qk_scale, sm_scale, s_lay: gl.constexpr,
+                  IS_BF16: gl.constexpr):
+    """S from the rotated q, k halves in shared memory (q_lo k_hi + q_hi k_lo + q_hi k_hi:
+    _mma_split's order), then P and dS (_probs_and_ds); fp16 scales dS by a power of two that
+    puts its max at 2^14 (its lo half stays normal). Returns P, dS and the gradients' scale."""
+    zs = gl.zeros([q_hi.shape[0], k_hi.shape[0]], gl.float32, s_lay)
+    sc = warpgroup_mma(q_lo, k_hi.permute((1, 0)), zs, use_acc=False)
+    sc = warpgroup_mma(q_hi, k_lo.permute((1, 0)), sc)
+    sc = warpgroup_mma(q_hi, k_hi.permute((1, 0)), sc)
+    p, ds = _probs_and_ds(sc, dp, n, qk_scale, s_lay)
+    dscale = sm_scale
+    if not IS_BF16:
+        up, down = _pow2_scale(gl.max(gl.max(gl.abs(ds), axis=1), axis=0), 14)
+        ds = ds * up
+        dscale = sm_scale * down
+    return p, ds, dscale
+
+
+@gluon.jit
 def _emit(x, sin, cos, buf, desc, base, start, n, h, stride_t, stride_h,
                ROTATE: gl.constexpr, r_lay: gl.constexpr):
     """A finished fp32 gradient, rotated back (ROTATE) in its own layout, rounded, staged in
@@ -212,15 +231,8 @@ def _bwd_rot_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, 
             _rotate_split(qb, ql_s, sin_r, cos_r, r_lay, n, False)
             _rotate_split(kb, kl_s, sin_r, cos_r, r_lay, n, False)
             fence_async_shared()
-            sc = warpgroup_mma(ql_s, kb.permute((1, 0)), zs, use_acc=False)
-            sc = warpgroup_mma(qb, kl_s.permute((1, 0)), sc)
-            sc = warpgroup_mma(qb, kb.permute((1, 0)), sc)
-            p, ds = _probs_and_ds(sc, dp, n, qk_scale, s_lay)
-            dscale = sm_scale
-            if not IS_BF16:
-                up, down = _pow2_scale(gl.max(gl.max(gl.abs(ds), axis=1), axis=0), 14)
-                ds = ds * up
-                dscale = sm_scale * down
+            p, ds, dscale = _scores_to_ds(qb, ql_s, kb, kl_s, dp, n, qk_scale, sm_scale, s_lay,
+                                          IS_BF16)
             sin_o, cos_o = _table(SIN, start, n, stride_st, op_lay, BM, HD // 2)
             phi, plo = _split(p, dtype)
             pd_s.index(0).store(phi)
@@ -333,15 +345,8 @@ def _rot_consumer(C: gl.constexpr, q_desc, k_desc, v_desc, do_desc, dq_desc, dk_
             _rotate_split(ab, cb, sin_r, cos_r, r_lay, n, False)
             _rotate_split(bb, eb, sin_r, cos_r, r_lay, n, False)
             fence_async_shared()
-            sc = warpgroup_mma(cb, bb.permute((1, 0)), zs, use_acc=False)
-            sc = warpgroup_mma(ab, eb.permute((1, 0)), sc)
-            sc = warpgroup_mma(ab, bb.permute((1, 0)), sc)
-            p, ds = _probs_and_ds(sc, dp, n, qk_scale, s_lay)
-            dscale = sm_scale
-            if not IS_BF16:
-                up, down = _pow2_scale(gl.max(gl.max(gl.abs(ds), axis=1), axis=0), 14)
-                ds = ds * up
-                dscale = sm_scale * down
+            p, ds, dscale = _scores_to_ds(ab, cb, bb, eb, dp, n, qk_scale, sm_scale, s_lay,
+                                          IS_BF16)
             sin_o, cos_o = _table(SIN, start, n, stride_st, op_lay, BM, HD // 2)
             phi, plo = _split(p, dtype)
             tma.store_wait(pendings=0)  # the last tile's dK has left the P/dS pair
