@@ -120,7 +120,8 @@ def _scores_to_ds(q_hi, q_lo, k_hi, k_lo, dp, n, qk_scale, sm_scale, s_lay: gl.c
     """S from the rotated q, k halves in shared memory (q_lo k_hi + q_hi k_lo + q_hi k_hi:
     _mma_split's order), then P and dS (_probs_and_ds); fp16 scales dS by a power of two that
     puts its max at 2^14 (its lo half stays normal). Returns P, dS and the gradients' scale."""
-    zs = gl.zeros([q_hi.shape[0], k_hi.shape[0]], gl.float32, s_lay)
+    BM: gl.constexpr = q_hi.shape[0]
+    zs = gl.zeros([BM, BM], gl.float32, s_lay)
     sc = warpgroup_mma(q_lo, k_hi.permute((1, 0)), zs, use_acc=False)
     sc = warpgroup_mma(q_hi, k_lo.permute((1, 0)), sc)
     sc = warpgroup_mma(q_hi, k_hi.permute((1, 0)), sc)
