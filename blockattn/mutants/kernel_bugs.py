@@ -11,6 +11,8 @@ from blockattn.mutants.mutant import (
     GLUON,
     GLUON_CHAINS_1,
     GLUON_CHAINS_2,
+    GLUON_ROTARY,
+    GLUON_ROTARY_TESTS,
     HOPPER,
     OPS,
     PREFER_GLUON,
@@ -339,6 +341,56 @@ CORE: tuple[Mutant, ...] = (
         env=PREFER_GLUON + GLUON_CHAINS_2,
         needs_sm90=True,
         tests=("tests/kernels/test_gluon_path.py::test_gluon_persistent_loop_many_tiles",),
+    ),
+    # The opt-in Gluon fused-rotary backward (attention_gluon_rotary), sm_90 only.
+    Mutant(
+        "gluon-rot-gradients-rotated-forward",
+        "core",
+        GLUON_ROTARY,
+        "        x = _rotate(x, sin, cos, True)\n",
+        "        x = _rotate(x, sin, cos, False)\n",
+        "Gluon rotary backward: the gradients are rotated by the forward rotation instead of its "
+        "transpose before they are stored",
+        env=PREFER_GLUON,
+        needs_sm90=True,
+        tests=GLUON_ROTARY_TESTS,
+    ),
+    Mutant(
+        "gluon-rot-cos-read-from-sin-columns",
+        "core",
+        GLUON_ROTARY,
+        "    cos = gl.load(ptrs + HALF, mask=mask, other=0.0).to(gl.float32)",
+        "    cos = gl.load(ptrs, mask=mask, other=0.0).to(gl.float32)",
+        "Gluon rotary backward: cos is read from the table's sin columns",
+        env=PREFER_GLUON,
+        needs_sm90=True,
+        tests=GLUON_ROTARY_TESTS,
+    ),
+    Mutant(
+        "gluon-rot2-v-do-rows-past-block-not-zeroed",
+        "core",
+        GLUON_ROTARY,
+        "            if n < BM:\n                _zero_rows(cb, n, r_lay)\n"
+        "                _zero_rows(db, n, r_lay)",
+        "            if n < 0:\n                _zero_rows(cb, n, r_lay)\n"
+        "                _zero_rows(db, n, r_lay)",
+        "Gluon rotary two-chain kernel: the V and dO rows a partial block's box reads past its "
+        "end (the next sequence's) are not zeroed",
+        env=PREFER_GLUON,
+        needs_sm90=True,
+        tests=GLUON_ROTARY_TESTS,
+    ),
+    Mutant(
+        "gluon-rot2-second-chain-repeats-first",
+        "core",
+        GLUON_ROTARY,
+        "    vp = 2 * gl.program_id(0) + C\n",
+        "    vp = 2 * gl.program_id(0)\n",
+        "Gluon rotary two-chain kernel: the worker warpgroup walks the default one's tiles, so "
+        "every other tile's gradients are never written",
+        env=PREFER_GLUON,
+        needs_sm90=True,
+        tests=GLUON_ROTARY_TESTS,
     ),
 )
 

@@ -21,6 +21,8 @@ from blockattn.mutants.mutant import (
     GLUON,
     GLUON_CHAINS_1,
     GLUON_CHAINS_2,
+    GLUON_ROTARY,
+    GLUON_ROTARY_TESTS,
     PORTABLE,
     PREFER_GLUON,
     TILE_MATH,
@@ -292,5 +294,28 @@ PRECISION: tuple[Mutant, ...] = (
         "(its lo half dropped)",
         env=PREFER_GLUON + GLUON_CHAINS_2,
         needs_sm90=True,
+    ),
+    Mutant(
+        "gluon-rot-s-q-lo-dropped",
+        _G,
+        GLUON_ROTARY,
+        "    sc = warpgroup_mma(q_lo, k_hi.permute((1, 0)), zs, use_acc=False)",
+        "    sc = zs",
+        "Gluon rotary backward: S = Q K^T without the rotated q's lo half (q rounded to the "
+        "input dtype after the rotation)",
+        env=PREFER_GLUON,
+        needs_sm90=True,
+        tests=GLUON_ROTARY_TESTS,
+    ),
+    Mutant(
+        "gluon-rot1-dq-k-lo-dropped",
+        _G,
+        GLUON_ROTARY,
+        "            dq = warpgroup_mma(pd_s.index(0), kl_s, dq)\n",
+        "",
+        "Gluon rotary one-chain kernel: dQ = dS K without the rotated k's lo half; only the "
+        "kernel's own tests reach it (dispatch takes two chains)",
+        needs_sm90=True,
+        tests=GLUON_ROTARY_TESTS,
     ),
 )
