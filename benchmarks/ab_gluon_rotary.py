@@ -3,13 +3,15 @@ ceiling): the default rotary backward (dispatch.attention_bwd with BLOCKATTN_KER
 unset) against the Gluon rotary backward (attention_gluon_rotary) at one and two chains, with
 the plain default backward of the same inputs as the ratio's denominator.
 
-    python benchmarks/ab_gluon_rotary.py --out DIR [--rounds 3] [--head-dims 128,64]
+    python benchmarks/ab_gluon_rotary.py --out DIR [--rounds 3] [--head-dims 128,64] [--a DIR]
 
 Shape P (B=1152, max_len=4096, sparsity 0.7, H=4), rotate_v on and off; each timing is a median
 of triton.testing.do_bench, taken `--rounds` times alternating the paths (the median of those
 is reported); the bwd floor is 7 passes over a (T, H, D) tensor at the copy ceiling measured in
 this run. Each Gluon output is compared with the default path's (elements_apart: beyond 1 ulp
-+ 2^-16 of the largest magnitude).
++ 2^-16 of the largest magnitude). `--a DIR` also times DIR/attention_gluon_rotary.py (another
+commit's module, e.g. `git archive BASE blockattn/kernels | tar -x -C DIR --strip-components 2`)
+as "a_rot_2": its two-chain kernel, the rest of the package this one.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ def main() -> int:
     ap.add_argument("--dtypes", default="bf16")
     ap.add_argument("--head-dims", default="128,64")
     ap.add_argument("--rotate-v", default="on,off")
+    ap.add_argument("--a", type=Path, help="a directory holding another attention_gluon_rotary.py")
+    ap.add_argument("--only-gluon", action="store_true", help="skip the 1-chain kernels")
     args = ap.parse_args()
     from blockattn.bench.case import make_bench_case
     from blockattn.bench.measure import copy_ceiling, time_ms
@@ -41,6 +45,13 @@ def main() -> int:
     from blockattn.kernels.tiles import build_tile_table
 
     os.environ.pop("BLOCKATTN_KERNEL_PATH", None)
+    GA = None
+    if args.a:
+        import importlib.util
+        spec = importlib.util.spec_from_file_location("gluon_rotary_a",
+                                                      args.a / "attention_gluon_rotary.py")
+        GA = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(GA)
     dev = torch.device("cuda")
     ceiling = copy_ceiling(4 << 30, 25, args.rep_ms, False)
     dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -63,9 +74,14 @@ def main() -> int:
                                                         c.do, table, sinu, c.scale, 64,
                                                         rotate_v),
                 }
-                gluon = {"gluon_rot_1_w4": (1, 4), "gluon_rot_1_w8": (1, 8), "gluon_rot_2": (2, 4)}
-                for name, (n, w) in gluon.items():
-                    paths[name] = functools.partial(GR.launch_bwd, c.q, c.k, c.v, c.do, grads,
+                gluon = {"gluon_rot_1_w4": (GR, 1, 4), "gluon_rot_1_w8": (GR, 1, 8),
+                         "gluon_rot_2": (GR, 2, 4)}
+                if args.only_gluon:
+                    gluon = {"gluon_rot_2": (GR, 2, 4)}
+                if GA is not None:
+                    gluon["a_rot_2"] = (GA, 2, 4)
+                for name, (mod, n, w) in gluon.items():
+                    paths[name] = functools.partial(mod.launch_bwd, c.q, c.k, c.v, c.do, grads,
                                                     table, sinu, c.scale, rotate_v, n, w)
                 ref = [t.clone() for t in paths["rotary_default"]()]
                 apart = {}
