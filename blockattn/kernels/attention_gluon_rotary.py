@@ -101,21 +101,6 @@ def _rotate(x, sin, cos, CONJ: gl.constexpr):
 
 
 @gluon.jit
-def _split_pairs(x, dtype: gl.constexpr):
-    """attention_gluon._split with hi rounded two elements per instruction: there hi, used both
-    as the operand and back in fp32, was rounded one element at a time (sm_90 SASS: 256 scalar
-    F2F.BF16.F32 per thread and tile against 0 for lo). Same rounding (to nearest even)."""
-    if dtype == gl.bfloat16:
-        hi = gl.inline_asm_elementwise("cvt.rn.bf16x2.f32 $0, $2, $1;", "=r,r,r", [x],
-                                       dtype=gl.bfloat16, is_pure=True, pack=2)
-    else:
-        hi = gl.inline_asm_elementwise("cvt.rn.f16x2.f32 $0, $2, $1;", "=r,r,r", [x],
-                                       dtype=gl.float16, is_pure=True, pack=2)
-    lo = (x - hi.to(gl.float32)).to(dtype)
-    return hi, lo
-
-
-@gluon.jit
 def _rotate_split(buf, lo_buf, sin, cos, lay: gl.constexpr, n, CENTRE: gl.constexpr):
     """The raw tile in `buf` rotated (and, CENTRE, minus the mean of its n valid rows; padded
     rows stay 0), split into hi (written over the raw tile) and lo (to `lo_buf`)."""
@@ -124,7 +109,7 @@ def _rotate_split(buf, lo_buf, sin, cos, lay: gl.constexpr, n, CENTRE: gl.conste
         rows = gl.arange(0, x.shape[0], layout=gl.SliceLayout(1, lay))
         m = gl.sum(x, axis=0) / gl.maximum(n, 1).to(gl.float32)
         x = gl.where(gl.expand_dims(rows < n, 1), x - gl.expand_dims(m, 0), 0.0)
-    hi, lo = _split_pairs(x, buf.dtype)
+    hi, lo = _split(x, buf.dtype)
     buf.store(hi)
     lo_buf.store(lo)
 
