@@ -1,7 +1,7 @@
 """A/B timing of the fused-rotary backward's paths in one run (same GPU, inputs and copy
 ceiling): the default rotary backward (dispatch.attention_bwd with BLOCKATTN_KERNEL_PATH
-unset) against the Gluon rotary backward (attention_gluon_rotary) at one and two chains, with
-the plain default backward of the same inputs as the ratio's denominator.
+unset) against the Gluon rotary backward (attention_gluon_rotary, two chains), with the plain
+default backward of the same inputs as the ratio's denominator.
 
     python benchmarks/ab_gluon_rotary.py --out DIR [--rounds 3] [--head-dims 128,64] [--a DIR]
 
@@ -11,7 +11,8 @@ is reported); the bwd floor is 7 passes over a (T, H, D) tensor at the copy ceil
 this run. Each Gluon output is compared with the default path's (elements_apart: beyond 1 ulp
 + 2^-16 of the largest magnitude). `--a DIR` also times DIR/attention_gluon_rotary.py (another
 commit's module, e.g. `git archive BASE blockattn/kernels | tar -x -C DIR --strip-components 2`)
-as "a_rot_2": its two-chain kernel, the rest of the package this one.
+as "a_rot_2", the rest of the package this one's. (Before 2026-11-26's removal of the one-chain
+kernel this script also timed it: results/h200_2026-11-26e/ab_f6db98d.)
 """
 
 from __future__ import annotations
@@ -36,7 +37,6 @@ def main() -> int:
     ap.add_argument("--head-dims", default="128,64")
     ap.add_argument("--rotate-v", default="on,off")
     ap.add_argument("--a", type=Path, help="a directory holding another attention_gluon_rotary.py")
-    ap.add_argument("--only-gluon", action="store_true", help="skip the 1-chain kernels")
     args = ap.parse_args()
     from blockattn.bench.case import make_bench_case
     from blockattn.bench.measure import copy_ceiling, time_ms
@@ -74,15 +74,12 @@ def main() -> int:
                                                         c.do, table, sinu, c.scale, 64,
                                                         rotate_v),
                 }
-                gluon = {"gluon_rot_1_w4": (GR, 1, 4), "gluon_rot_1_w8": (GR, 1, 8),
-                         "gluon_rot_2": (GR, 2, 4)}
-                if args.only_gluon:
-                    gluon = {"gluon_rot_2": (GR, 2, 4)}
+                gluon = {"gluon_rot_2": GR}
                 if GA is not None:
-                    gluon["a_rot_2"] = (GA, 2, 4)
-                for name, (mod, n, w) in gluon.items():
+                    gluon["a_rot_2"] = GA
+                for name, mod in gluon.items():
                     paths[name] = functools.partial(mod.launch_bwd, c.q, c.k, c.v, c.do, grads,
-                                                    table, sinu, c.scale, rotate_v, n, w)
+                                                    table, sinu, c.scale, rotate_v)
                 ref = [t.clone() for t in paths["rotary_default"]()]
                 apart = {}
                 for name in gluon:

@@ -1,8 +1,8 @@
-"""Hopper (sm_90) fused-rotary backward in Gluon: attention_gluon's one-chain backward with q, k
+"""Hopper (sm_90) fused-rotary backward in Gluon: attention_gluon's two-chain backward with q, k
 (and V, rotate_v) rotated once per tile in registers and the gradients rotated back in the
 MMA accumulator's own layout.
 
-Reads top-down: helpers, the kernel, eligibility, the launcher.
+Reads top-down: helpers, the kernel (a chain, then the CTA), eligibility, the launcher.
 
 Why (issue 23): the portable rotary backward took 1.9x the plain one (H100, D = 128). Its
 TTGIR converts layouts 21 times per tile: the sin/cos tables are loaded coalesced and moved to
@@ -22,19 +22,22 @@ rows (or, without rotate_v, the plain V minus its first row), dS = P (dP - Di) w
 twice, dV = P^T dO, dQ = dS K, dK = dS^T Q with P and dS as hi + lo, the MMAs of each product
 in _mma_split's order (lo terms first). fp16 splits dS at a power-of-two scale.
 
-Two kernels, the same arithmetic: _bwd_rot_kernel runs one chain per CTA with two input stages
-(8 warps: two warpgroups share each MMA along N and every elementwise step; 208 KB of shared
-memory at D = 128); _bwd_rot_kernel_ws runs two chains per CTA (two warpgroups under
-warp_specialize, each in five (64, D) buffers and the P/dS pair: 96 KB at D = 128).
+Two chains per CTA (_bwd_rot_kernel_ws): two warpgroups under warp_specialize, each walking its
+own tiles in five (64, D) buffers and the P/dS pair (96 KB at D = 128; see _rot_consumer). A
+one-chain kernel with two input stages was measured and removed: on the H200 7.45 ms at 4 warps
+and 7.62 at 8 against 6.89 for two chains (D = 128, rotate_v), slower on the H100 too
+(results/h200_2026-11-26e/ab_f6db98d, results/h100_2026-11-26e/ab_3a9b329).
 
 Opt-in (BLOCKATTN_KERNEL_PATH=gluon or prefer-gluon), not a default: same-run A/B on an H200
 (results/h200_2026-11-26e/ab_f6db98d, shape P, bf16), two chains against the default rotary
 backward: D = 128 6.887 vs 6.973 ms (rotate_v) and 5.344 vs 6.014 (q/k only); D = 64 2.931 vs
 3.130 and 2.739 vs 2.894; the plain backward 2.84 / 1.67 ms, so fused rotary stays 2.4x / 1.8x
-plain. It is ALU-latency bound: its static SASS holds 1.70x the plain two-chain kernel's
-instructions (rotate_v; 1.55x q/k only) and each warp scheduler has two warps to hide them.
-One chain took 7.45 ms at 4 warps and 7.62 at 8. Reading each table once per layout and tile,
-ahead of the waits, took the two-chain time from 9.43 to 6.89 ms (ab_af0da87 -> ab_f6db98d).
+plain. It is compute-bound (stage profile, results/h200_2026-11-26e/stages_ddc61a7: D = 128
+full 7.001 ms, compute-only 6.754, memory-only 2.821): its static SASS holds 1.70x the plain
+two-chain kernel's instructions (rotate_v; 1.55x q/k only) and issues at ~56 % of its rate,
+each warp scheduler holding two warps to hide the rotation and split chains. Reading each
+table once per layout and tile, ahead of the waits, took it from 9.43 to 6.89 ms
+(ab_af0da87 -> ab_f6db98d).
 Gluon has no interpreter: off an sm_90 GPU this path never runs (dispatch falls back) and the
 CPU tests compile it ahead of time for sm_90.
 """
@@ -57,7 +60,6 @@ from blockattn.kernels.attention_gluon import (
     LOG2E,
     _centred_split,
     _desc,
-    _issue_loads,
     _load_pair,
     _pow2_scale,
     _probs_and_ds,
@@ -147,123 +149,6 @@ def _emit(x, sin, cos, buf, desc, base, start, n, h, stride_t, stride_h,
         tma.async_copy_shared_to_global(desc, [start.to(gl.int32), h * buf.shape[1]], buf)
     else:
         _store_rows(base, buf, start, n, h, stride_t, stride_h, r_lay)
-
-
-@gluon.jit
-def _bwd_rot_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, V, DQ, DK, DV,
-                    SIN, tile_start, tile_len, n_tiles, stride_vt, stride_vh, stride_dqt,
-                    stride_dqh, stride_dkt, stride_dkh, stride_dvt, stride_dvh, stride_st,
-                    qk_scale, sm_scale, H: gl.constexpr, IS_BF16: gl.constexpr,
-                    ROTATE_V: gl.constexpr, num_warps: gl.constexpr):
-    BM: gl.constexpr = q_desc.block_type.shape[0]
-    HD: gl.constexpr = q_desc.block_type.shape[1]
-    dtype: gl.constexpr = q_desc.dtype
-    lay: gl.constexpr = q_desc.layout
-    # inputs: two stages (this tile, the next one's loads); rotated hi halves replace the raw
-    q_s = gl.allocate_shared_memory(dtype, [2, BM, HD], lay)
-    k_s = gl.allocate_shared_memory(dtype, [2, BM, HD], lay)
-    v_s = gl.allocate_shared_memory(dtype, [2, BM, HD], lay)
-    do_s = gl.allocate_shared_memory(dtype, [2, BM, HD], lay)
-    # lo halves: q, k; V's hi and lo (centred); once read they stage dK, dV and dQ
-    ql_s = gl.allocate_shared_memory(dtype, [BM, HD], lay)
-    kl_s = gl.allocate_shared_memory(dtype, [BM, HD], lay)
-    vc_s = gl.allocate_shared_memory(dtype, [2, BM, HD], lay)
-    pp_lay: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BM, BM], dtype)
-    pd_s = gl.allocate_shared_memory(dtype, [2, BM, BM], pp_lay)  # P, then dS: hi, lo
-    bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(2):
-        mbarrier.init(bars.index(i), count=1)
-
-    # 8 warps: two warpgroups share each MMA along N, and every elementwise step's work
-    WG: gl.constexpr = num_warps // 4
-    s_lay: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, WG],
-                                                    instr_shape=[16, BM // WG, 16])
-    o_lay: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, WG],
-                                                    instr_shape=[16, HD // WG, 16])
-    r_lay: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [num_warps, 1], [1, 0])
-    # the layouts of one column of the interleaved pairs of a tile in r_lay and in o_lay
-    rp, _ = gl.split(gl.reshape(gl.zeros([BM, HD], gl.float32, r_lay), [BM, HD // 2, 2]))
-    op, _ = gl.split(gl.reshape(gl.zeros([BM, HD], gl.float32, o_lay), [BM, HD // 2, 2]))
-    rp_lay: gl.constexpr = rp.type.layout
-    op_lay: gl.constexpr = op.type.layout
-    pid = gl.program_id(0)
-    n_prog = gl.num_programs(0)
-    n_my = (n_tiles - pid + n_prog - 1) // n_prog
-    start, n, h = _tile_at(pid, tile_start, tile_len, H)
-    nx_start, nx_n, nx_h = _tile_at(gl.minimum(pid + n_prog, n_tiles - 1), tile_start, tile_len,
-                                    H)
-    _issue_loads(q_desc, k_desc, v_desc, do_desc, start.to(gl.int32), h * HD, bars.index(0), 0,
-                 q_s, k_s, v_s, do_s, n_my > 0)
-    for i in range(n_my):
-        t = pid + i * n_prog
-        stage = i % 2
-        _issue_loads(q_desc, k_desc, v_desc, do_desc, nx_start.to(gl.int32), nx_h * HD,
-                     bars.index(1 - stage), 1 - stage, q_s, k_s, v_s, do_s, i + 1 < n_my)
-        nn_start, nn_n, nn_h = _tile_at(gl.minimum(t + 2 * n_prog, n_tiles - 1), tile_start,
-                                        tile_len, H)
-        # the table is read once per layout and tile, before the waits it can overlap
-        sin_r, cos_r = _table(SIN, start, n, stride_st, rp_lay, BM, HD // 2)
-        mbarrier.wait(bars.index(stage), (i // 2) & 1)
-        if n > 0:
-            qb = q_s.index(stage)
-            kb = k_s.index(stage)
-            vb = v_s.index(stage)
-            dob = do_s.index(stage)
-            if n < BM:
-                _zero_rows(qb, n, r_lay)
-                _zero_rows(kb, n, r_lay)
-                _zero_rows(vb, n, r_lay)
-                _zero_rows(dob, n, r_lay)
-            tma.store_wait(pendings=0)  # the last tile's gradients have left vc_s and kl_s
-            # V first: dP needs only V and dO, so its MMAs run while q and k are rotated
-            if ROTATE_V:
-                _rotate_split(vb, vc_s.index(1), sin_r, cos_r, r_lay, n, True)
-                vhb = vb
-            else:
-                vhi, vlo = _centred_split(vb, V, start, n, h, stride_vt, stride_vh, r_lay,
-                                          dtype)
-                vc_s.index(0).store(vhi)
-                vc_s.index(1).store(vlo)
-                vhb = vc_s.index(0)
-            fence_async_shared()
-            zs = gl.zeros([BM, BM], gl.float32, s_lay)
-            dp = warpgroup_mma(dob, vc_s.index(1).permute((1, 0)), zs, use_acc=False)
-            dp = warpgroup_mma(dob, vhb.permute((1, 0)), dp)
-            _rotate_split(qb, ql_s, sin_r, cos_r, r_lay, n, False)
-            _rotate_split(kb, kl_s, sin_r, cos_r, r_lay, n, False)
-            fence_async_shared()
-            p, ds, dscale = _scores_to_ds(qb, ql_s, kb, kl_s, dp, n, qk_scale, sm_scale, s_lay,
-                                          IS_BF16)
-            sin_o, cos_o = _table(SIN, start, n, stride_st, op_lay, BM, HD // 2)
-            phi, plo = _split(p, dtype)
-            pd_s.index(0).store(phi)
-            pd_s.index(1).store(plo)
-            fence_async_shared()
-            zo = gl.zeros([BM, HD], gl.float32, o_lay)
-            dv = warpgroup_mma(pd_s.index(1).permute((1, 0)), dob, zo, use_acc=False)
-            dv = warpgroup_mma(pd_s.index(0).permute((1, 0)), dob, dv)
-            # dS split in the block of its product (as attention_gluon: the same fused FMAs)
-            dshi, dslo = _split(ds, dtype)
-            _emit(dv, sin_o, cos_o, vc_s.index(0), dv_desc, DV, start, n, h, stride_dvt,
-                       stride_dvh, ROTATE_V, r_lay)
-            pd_s.index(0).store(dshi)
-            pd_s.index(1).store(dslo)
-            fence_async_shared()
-            dq = warpgroup_mma(pd_s.index(1), kb, zo, use_acc=False)
-            dq = warpgroup_mma(pd_s.index(0), kl_s, dq)
-            dq = warpgroup_mma(pd_s.index(0), kb, dq)
-            _emit(dq * dscale, sin_o, cos_o, vc_s.index(1), dq_desc, DQ, start, n, h,
-                       stride_dqt, stride_dqh, True, r_lay)
-            dk = warpgroup_mma(pd_s.index(1).permute((1, 0)), qb, zo, use_acc=False)
-            dk = warpgroup_mma(pd_s.index(0).permute((1, 0)), ql_s, dk)
-            dk = warpgroup_mma(pd_s.index(0).permute((1, 0)), qb, dk)
-            _emit(dk * dscale, sin_o, cos_o, kl_s, dk_desc, DK, start, n, h, stride_dkt,
-                       stride_dkh, True, r_lay)
-        start, n, h = nx_start, nx_n, nx_h
-        nx_start, nx_n, nx_h = nn_start, nn_n, nn_h
-    tma.store_wait(pendings=0)
-    for i in gl.static_range(2):
-        mbarrier.invalidate(bars.index(i))
 
 
 @gluon.jit
@@ -429,8 +314,6 @@ def _bwd_rot_kernel_ws(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_des
 # ----------------------------------------------------------------------------- eligibility
 
 HEAD_DIMS = (64, 128)  # shared memory: 208 KB at D = 128
-PROGRAMS_PER_SM = {64: 1, 128: 1}  # one-chain kernel at NUM_WARPS
-NUM_WARPS = 8  # one-chain kernel: two warpgroups share each tile
 WORKER_REGS = 248  # setmaxnreg of the second warpgroup (the default one keeps 255)
 
 
@@ -455,10 +338,8 @@ def unsupported(q: Tensor, sinu_pos: Tensor, block_size: int, centred: bool) -> 
 
 def launch_bwd(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor,
                grads: tuple[Tensor, Tensor, Tensor], table: TileTable, sinu_pos: Tensor,
-               scale: float, rotate_v: bool, n_chains: int = 2,
-               num_warps: int = NUM_WARPS) -> tuple[Tensor, Tensor, Tensor]:
-    """(dq, dk, dv) w.r.t. the un-rotated q, k, v into `grads`; inputs are eligible.
-    n_chains: 2 = _bwd_rot_kernel_ws (two warpgroups, one CTA per SM), 1 = _bwd_rot_kernel."""
+               scale: float, rotate_v: bool) -> tuple[Tensor, Tensor, Tensor]:
+    """(dq, dk, dv) w.r.t. the un-rotated q, k, v into `grads`; inputs are eligible."""
     T, H, D = q.shape
     dq, dk, dv = grads
     n_tiles = table.n_slots * H
@@ -467,15 +348,10 @@ def launch_bwd(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor,
     dtype = gl.bfloat16 if q.dtype == torch.bfloat16 else gl.float16
     lay = gl.NVMMASharedLayout.get_default_for([BLOCK, D], dtype)
     sms = torch.cuda.get_device_properties(q.device).multi_processor_count
-    args = (*(_desc(t, lay) for t in (q, k, v, grad_out, dq, dk, dv)), v, dq, dk, dv, sinu_pos,
-            table.start, table.length, n_tiles, v.stride(0), v.stride(1), dq.stride(0),
-            dq.stride(1), dk.stride(0), dk.stride(1), dv.stride(0), dv.stride(1),
-            sinu_pos.stride(0), scale * LOG2E, scale)
-    flags = dict(H=H, IS_BF16=q.dtype == torch.bfloat16, ROTATE_V=rotate_v, num_warps=4)
-    if n_chains == 2:
-        _bwd_rot_kernel_ws[(min((n_tiles + 1) // 2, sms),)](*args, WORKER_REGS=WORKER_REGS,
-                                                              **flags)
-    else:
-        flags["num_warps"] = num_warps
-        _bwd_rot_kernel[(min(n_tiles, sms * PROGRAMS_PER_SM[D]),)](*args, **flags)
+    _bwd_rot_kernel_ws[(min((n_tiles + 1) // 2, sms),)](
+        *(_desc(t, lay) for t in (q, k, v, grad_out, dq, dk, dv)), v, dq, dk, dv, sinu_pos,
+        table.start, table.length, n_tiles, v.stride(0), v.stride(1), dq.stride(0),
+        dq.stride(1), dk.stride(0), dk.stride(1), dv.stride(0), dv.stride(1), sinu_pos.stride(0),
+        scale * LOG2E, scale, H=H, IS_BF16=q.dtype == torch.bfloat16, ROTATE_V=rotate_v,
+        WORKER_REGS=WORKER_REGS, num_warps=4)
     return dq, dk, dv

@@ -19,8 +19,8 @@ by default (its CONFIGS are empty: it was measured slower everywhere). The Gluon
 sm_90 only, through GluonASTSource; it is a default path, so its spills are gated at 0 B, and the
 CTAs per SM its launch puts must fit. Its two-chain kernel (names ending "-gluon2": two warpgroups,
 the default at D = 128 on the H200) is gated the same way, at 1 CTA of 8 warps per SM. The Gluon
-fused-rotary backward (attention_gluon_rotary, "-rot-gluon", "-rot-qk-gluon" and "-gluon2") is
-opt-in: it must build with MMAs, TMA and its CTAs per SM; its spills are recorded, not gated.
+fused-rotary backward (attention_gluon_rotary, "-rot-gluon2" and "-rot-qk-gluon2") is opt-in: it
+must build with MMAs, TMA and its CTA per SM; its spills are recorded, not gated.
 
 The build must not see TRITON_INTERPRET=1: under it `@triton.jit` returns interpreter functions
 and `attention.INTERPRET` turns on the CPU shims. So the compiles always run in fresh worker
@@ -54,8 +54,8 @@ HEAD_DIMS = (64, 128)
 # "off": no sinu_pos; "rot": rotary on q, k and v (rotate_v=True); "rot-qk": rotate_v=False.
 ROTARY_MODES = ("off", "rot", "rot-qk")
 # hopper: the opt-in Triton TMA path, sm_90, 16-bit inputs only; gluon: the Gluon backward
-# (attention_gluon; fused rotary: attention_gluon_rotary, opt-in), sm_90, 16-bit; gluon2: the
-# two-chain kernels (_bwd_kernel_ws, _bwd_rot_kernel_ws)
+# (attention_gluon), sm_90, 16-bit, plain; gluon2: its two-chain kernel (_bwd_kernel_ws) and
+# the opt-in fused-rotary one (attention_gluon_rotary._bwd_rot_kernel_ws)
 PATHS = ("portable", "hopper", "gluon", "gluon2")
 TMA_OPCODE = "cp.async.bulk.tensor"
 TARGETS = {"sm_90": 90, "sm_100": 100}
@@ -124,6 +124,7 @@ def all_variants() -> list[Variant]:
         for r in ROTARY_MODES
         if not (p == "hopper" and dt == "fp32")  # the Hopper path takes 16-bit inputs only
         and not (p.startswith("gluon") and (k != "bwd" or dt == "fp32"))
+        and not (p == "gluon" and r != "off")  # fused rotary: the two-chain kernel only
     ]
 
 
@@ -327,10 +328,7 @@ def _compile_gluon(variant: Variant, target: str, res: Result) -> Result:
 
     two = variant.path == "gluon2"
     rotary = variant.rotary != "off"
-    if rotary:
-        fn = GR._bwd_rot_kernel_ws if two else GR._bwd_rot_kernel
-    else:
-        fn = G._bwd_kernel_ws if two else G._bwd_kernel
+    fn = GR._bwd_rot_kernel_ws if rotary else G._bwd_kernel_ws if two else G._bwd_kernel
     gdt = {"bf16": gl.bfloat16, "fp16": gl.float16}[variant.dtype]
     lay = gl.NVMMASharedLayout.get_default_for([G.BLOCK, variant.head_dim], gdt)
     signature: dict[str, str] = {}
@@ -357,7 +355,7 @@ def _compile_gluon(variant: Variant, target: str, res: Result) -> Result:
             signature[name] = "fp32"
         else:
             raise RuntimeError(f"{fn.__name__}: argument {name} unknown to compile-check")
-    num_warps = GR.NUM_WARPS if rotary and not two else 4
+    num_warps = 4
     constexprs = dict(H=N_HEADS, IS_BF16=variant.dtype == "bf16", num_warps=num_warps)
     if two:
         constexprs["WORKER_REGS"] = (GR if rotary else G).WORKER_REGS
@@ -382,7 +380,7 @@ def _compile_gluon(variant: Variant, target: str, res: Result) -> Result:
                             f"({res.registers} registers; accepted: 0 B)")
     if res.smem + res.static_smem > MAX_SMEM_PER_CTA:
         res.failures.append(f"shared memory {res.smem} B > {MAX_SMEM_PER_CTA} B per CTA")
-    want = 1 if two else (GR if rotary else G).PROGRAMS_PER_SM[variant.head_dim]
+    want = 1 if two else G.PROGRAMS_PER_SM[variant.head_dim]
     if res.ctas_per_sm < want:
         res.failures.append(f"{res.ctas_per_sm} CTAs fit per SM; its launch puts {want}")
     return res

@@ -307,15 +307,4 @@ PRECISION: tuple[Mutant, ...] = (
         needs_sm90=True,
         tests=GLUON_ROTARY_TESTS,
     ),
-    Mutant(
-        "gluon-rot1-dq-k-lo-dropped",
-        _G,
-        GLUON_ROTARY,
-        "            dq = warpgroup_mma(pd_s.index(0), kl_s, dq)\n",
-        "",
-        "Gluon rotary one-chain kernel: dQ = dS K without the rotated k's lo half; only the "
-        "kernel's own tests reach it (dispatch takes two chains)",
-        needs_sm90=True,
-        tests=GLUON_ROTARY_TESTS,
-    ),
 )

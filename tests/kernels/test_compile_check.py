@@ -29,13 +29,13 @@ ptxas info    : Used 255 registers, used 1 barriers, 280 bytes cumulative stack 
 def test_variant_matrix_is_complete() -> None:
     names = [v.name for v in cc.all_variants()]
     # portable: kernel x dtype x head dim x rotary; Hopper path: the same without fp32; Gluon
-    # path (one and two chains): the backward in bf16 and fp16 at both head dims, plain and
-    # (opt-in) fused rotary with and without rotate_v
-    assert len(names) == len(set(names)) == 2 * 3 * 2 * 3 + 2 * 2 * 2 * 3 + 2 * 2 * 2 * 3
+    # path (one and two chains): the plain backward in bf16 and fp16 at both head dims; its
+    # opt-in fused-rotary kernel (two chains) with and without rotate_v
+    assert len(names) == len(set(names)) == 2 * 3 * 2 * 3 + 2 * 2 * 2 * 3 + 2 * 2 * 2 + 2 * 2 * 2
     assert "bwd-fp32-d64-rot-qk" in names
     assert "bwd-bf16-d128-rot-hopper" in names and "fwd-fp32-d64-off-hopper" not in names
     assert "bwd-fp16-d64-off-gluon" in names and "fwd-bf16-d64-off-gluon" not in names
-    assert "bwd-bf16-d64-rot-gluon" in names and "fwd-bf16-d64-rot-gluon" not in names
+    assert "bwd-bf16-d64-rot-gluon2" in names and "bwd-bf16-d64-rot-gluon" not in names
     assert "bwd-bf16-d128-off-gluon2" in names and "bwd-bf16-d128-rot-qk-gluon2" in names
 
 
@@ -137,8 +137,8 @@ def test_placed_d64_rotary_variants_spill_free() -> None:
 def test_full_matrix_passes() -> None:
     results = cc.run_check(cc.all_variants(), jobs=os.cpu_count())
     # portable: fp32's 12 variants are not built for sm_100; Hopper path: 24 variants, sm_90 only;
-    # Gluon path: 12 variants per chain count (plain, rot, rot-qk), sm_90 only
-    assert len(results) == 72 - 12 + 24 + 24
+    # Gluon path: 4 plain variants per chain count and 8 fused-rotary two-chain ones, sm_90 only
+    assert len(results) == 72 - 12 + 24 + 16
     bad = [f"{r.variant} {r.target}: {r.error or '; '.join(r.failures)}" for r in results
            if not r.ok]
     assert not bad, "\n".join(bad)
