@@ -137,8 +137,8 @@ def _scores_to_ds(q_hi, q_lo, k_hi, k_lo, dp, n, qk_scale, sm_scale, s_lay: gl.c
 
 
 @gluon.jit
-def _emit(x, sin, cos, buf, desc, base, start, n, h, stride_t, stride_h,
-               ROTATE: gl.constexpr, r_lay: gl.constexpr):
+def _emit(x, sin, cos, buf, desc, base, start, n, h, stride_t, stride_h, ROTATE: gl.constexpr,
+          r_lay: gl.constexpr):
     """A finished fp32 gradient, rotated back (ROTATE) in its own layout, rounded, staged in
     `buf` and stored: by TMA for a full tile, by masked rows for a partial one."""
     if ROTATE:
@@ -244,7 +244,7 @@ def _rot_consumer(C: gl.constexpr, q_desc, k_desc, v_desc, do_desc, dq_desc, dk_
             dv = warpgroup_mma(hi_s.permute((1, 0)), db, dv)
             dshi, dslo = _split(ds, dtype)
             _emit(dv, sin_o, cos_o, db, dv_desc, DV, start, n, h, stride_dvt, stride_dvh,
-                       ROTATE_V, r_lay)
+                  ROTATE_V, r_lay)
             hi_s.store(dshi)
             lo_s.store(dslo)
             fence_async_shared()
@@ -254,7 +254,7 @@ def _rot_consumer(C: gl.constexpr, q_desc, k_desc, v_desc, do_desc, dq_desc, dk_
             mbarrier.expect(bar_qk, 2 * k_desc.block_type.nbytes, pred=more)
             tma.async_copy_global_to_shared(k_desc, [nrow, nx_h * HD], bar_qk, bb, more)
             _emit(dq * dscale, sin_o, cos_o, eb, dq_desc, DQ, start, n, h, stride_dqt,
-                       stride_dqh, True, r_lay)
+                  stride_dqh, True, r_lay)
             dk = warpgroup_mma(lo_s.permute((1, 0)), ab, zo, use_acc=False)
             dk = warpgroup_mma(hi_s.permute((1, 0)), cb, dk)
             dk = warpgroup_mma(hi_s.permute((1, 0)), ab, dk)
@@ -262,7 +262,7 @@ def _rot_consumer(C: gl.constexpr, q_desc, k_desc, v_desc, do_desc, dq_desc, dk_
             tma.store_wait(pendings=1)  # dV's store has read D
             _load_pair(v_desc, do_desc, nrow, nx_h * HD, bar_vo, cb, db, more)
             _emit(dk * dscale, sin_o, cos_o, kb_out, dk_desc, DK, start, n, h, stride_dkt,
-                       stride_dkh, True, r_lay)
+                  stride_dkh, True, r_lay)
         else:
             mbarrier.wait(bar_qk, i & 1)
             tma.store_wait(pendings=0)
