@@ -55,6 +55,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma,
 )
 
+from blockattn.kernels import attention_gluon as G
 from blockattn.kernels.attention_gluon import (
     BLOCK,
     LOG2E,
@@ -313,24 +314,14 @@ def _bwd_rot_kernel_ws(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_des
 
 # ----------------------------------------------------------------------------- eligibility
 
-HEAD_DIMS = (64, 128)  # shared memory: 208 KB at D = 128
-WORKER_REGS = 248  # setmaxnreg of the second warpgroup (the default one keeps 255)
-
 
 def unsupported(q: Tensor, sinu_pos: Tensor, block_size: int, centred: bool) -> str | None:
-    """Why this path cannot run these rotary inputs, or None (arch and TMA layout checked by
-    the caller)."""
-    if not centred:
-        return "only the centred backward is implemented on the Gluon path"
-    if q.dtype not in (torch.bfloat16, torch.float16):
-        return f"q.dtype={q.dtype} (it takes bfloat16 and float16)"
-    if q.shape[2] not in HEAD_DIMS:
-        return f"head dim {q.shape[2]} (it compiles for {HEAD_DIMS})"
-    if not 32 < block_size <= BLOCK:
-        return f"block_size={block_size} (its tiles are {BLOCK} rows: 33..64)"
+    """Why this path cannot run these rotary inputs, or None: the plain Gluon backward's
+    conditions (attention_gluon.unsupported) and a table with unit stride along D (arch and TMA
+    layout checked by the caller)."""
     if sinu_pos.stride(1) != 1:
         return "sinu_pos needs unit stride along D"
-    return None
+    return G.unsupported(q, None, block_size, centred)
 
 
 # ----------------------------------------------------------------------------- launcher
@@ -353,5 +344,5 @@ def launch_bwd(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor,
         table.start, table.length, n_tiles, v.stride(0), v.stride(1), dq.stride(0),
         dq.stride(1), dk.stride(0), dk.stride(1), dv.stride(0), dv.stride(1), sinu_pos.stride(0),
         scale * LOG2E, scale, H=H, IS_BF16=q.dtype == torch.bfloat16, ROTATE_V=rotate_v,
-        WORKER_REGS=WORKER_REGS, num_warps=4)
+        WORKER_REGS=G.WORKER_REGS, num_warps=4)
     return dq, dk, dv

@@ -358,7 +358,7 @@ def _compile_gluon(variant: Variant, target: str, res: Result) -> Result:
     num_warps = 4
     constexprs = dict(H=N_HEADS, IS_BF16=variant.dtype == "bf16", num_warps=num_warps)
     if two:
-        constexprs["WORKER_REGS"] = (GR if rotary else G).WORKER_REGS
+        constexprs["WORKER_REGS"] = G.WORKER_REGS
     if rotary:
         constexprs["ROTATE_V"] = variant.rotary == "rot"
     src = GluonASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)

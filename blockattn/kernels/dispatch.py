@@ -58,10 +58,8 @@ def gluon_bwd(q: Tensor, sinu_pos: Tensor | None, block_size: int, centred: bool
         return False  # no measured config: skip the checks below on every launch
     if G is None:
         why = _NO_GLUON
-    elif sinu_pos is not None:
-        why = GR.unsupported(q, sinu_pos, block_size, centred)
-    else:
-        why = G.unsupported(q, sinu_pos, block_size, centred)
+    else:  # a fused-rotary backward goes to attention_gluon_rotary
+        why = (G if sinu_pos is None else GR).unsupported(q, sinu_pos, block_size, centred)
     if why is None and INTERPRET:
         why = "Gluon kernels have no interpreter (TRITON_INTERPRET=1)"
     elif why is None and not _on_sm90(q):
