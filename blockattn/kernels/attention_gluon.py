@@ -466,7 +466,7 @@ def unsupported(q: Tensor, sinu_pos: Tensor | None, block_size: int, centred: bo
     """Why this path cannot run these inputs, or None (arch and TMA layout checked by the
     caller)."""
     if sinu_pos is not None:
-        return "rotary (sinu_pos): this is the plain kernel (attention_gluon_rotary is the rotary one)"
+        return "rotary (sinu_pos): the fused-rotary kernel is attention_gluon_rotary"
     if not centred:
         return "only the centred backward is implemented on the Gluon path"
     if q.dtype not in (torch.bfloat16, torch.float16):
