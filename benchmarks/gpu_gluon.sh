@@ -16,7 +16,11 @@
 #            bench
 #   phase z: the stage profile at D = 128; false alarms with prefer-gluon (on an H200: the
 #            two-chain kernel at D = 128)
-# Usage: bash benchmarks/gpu_gluon.sh a|b|c|d|h OUTDIR [COMMIT]
+#   phase r: the opt-in Gluon fused-rotary backward (attention_gluon_rotary): its own tests; the
+#            A/B against the default rotary backward (and .ab/a's module when carried); its six
+#            mutants (H200 baseline); the stage profile with prefer-gluon (what ran this
+#            session in six calls, results/h200_2026-11-26e/)
+# Usage: bash benchmarks/gpu_gluon.sh a|b|c|d|h|w|x|y|z|r OUTDIR [COMMIT]
 set -uo pipefail
 phase=$1
 out=${2:-$OUT}
@@ -75,4 +79,20 @@ if [ "$phase" = z ]; then
   step false_alarms env BLOCKATTN_KERNEL_PATH=prefer-gluon timeout 200 python3 -m blockattn \
     false-alarms --tolerances v5 --seeds 8 --fuzz 2 --every-distribution --profile gpu \
     --out "$r/false_alarms" --no-progress
+fi
+if [ "$phase" = r ]; then
+  step rotary_tests timeout 150 python3 -m pytest -q tests/kernels/test_gluon_rotary.py -p no:cacheprovider
+  a_arg=()
+  [ -f .ab/a/attention_gluon_rotary.py ] && a_arg=(--a .ab/a)
+  step ab timeout 200 python3 benchmarks/ab_gluon_rotary.py --out "$r/ab" --rounds 3 --rep-ms 100 \
+    "${a_arg[@]}"
+  muts=()
+  for m in $(python3 -c "from blockattn.mutants import catalog
+print(' '.join(m.name for m in catalog.MUTANTS if m.file.endswith('attention_gluon_rotary.py')))"); do
+    muts+=(--mutant "$m")
+  done
+  step mutants timeout 420 python3 -m blockattn mutants "${muts[@]}" --jobs 7 --tolerances v5 \
+    --baseline ci/baselines/h200/report.json --out "$r/mutants"
+  step stages timeout 150 python3 benchmarks/stage_profile.py --out "$r/stages" --path prefer-gluon \
+    --head-dims 128,64
 fi
