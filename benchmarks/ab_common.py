@@ -1,5 +1,6 @@
 """What the same-run timing scripts under benchmarks/ share: the elementwise comparison of a
-variant's output with the reference's, and the JSON they write (device, commit, copy ceiling,
+variant's output with the reference's (blockattn.bounds.elementwise.elements_apart, the rule the
+kernel tests use too), and the JSON they write (device, commit, copy ceiling,
 command, rows). Imported as a sibling module (`python benchmarks/<script>.py` puts this folder
 first on sys.path)."""
 
@@ -10,17 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import torch
-
-
-def elements_apart(a: torch.Tensor, b: torch.Tensor) -> int:
-    """Elements of a beyond 1 ulp (of a's dtype) + 2^-16 of b's largest magnitude from b, or
-    non-finite: two kernels forming the same products with fp32 sums in another order stay
-    within it (see tests/kernels/test_attention.py::test_rotary_chunks_match_whole_tile)."""
-    fa, fb = a.double(), b.double()
-    tol = torch.finfo(a.dtype).eps * torch.maximum(fa.abs(), fb.abs()) + 2.0**-16 * float(
-        fb.abs().max())
-    return int((~((fa - fb).abs() <= tol)).sum())
+from blockattn.bounds.elementwise import elements_apart  # noqa: F401 (the scripts' import)
 
 
 def write_rows(out: Path, script: str, ceiling: dict[str, Any], rows: list[dict]) -> Path:

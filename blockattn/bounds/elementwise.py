@@ -93,6 +93,17 @@ class TokenMap:
                 "row": int(self.row[token])}
 
 
+def elements_apart(a: torch.Tensor, b: torch.Tensor) -> int:
+    """Elements of a beyond 1 ulp (of a's dtype) + 2^-16 of b's largest magnitude from b, or
+    non-finite: the agreement rule of two kernels that form the same products with their fp32
+    sums in another order (chunked vs whole-tile bodies, the Gluon vs the portable kernels)."""
+    fa, fb = a.double(), b.double()
+    tol = torch.finfo(a.dtype).eps * torch.maximum(fa.abs(), fb.abs()) + 2.0**-16 * float(
+        fb.abs().max())
+    # isfinite: an infinite a makes its own tolerance infinite, so |a - b| <= tol alone passes it
+    return int((~(torch.isfinite(fa) & ((fa - fb).abs() <= tol))).sum())
+
+
 def _coords(flat: int, shape: tuple[int, ...], tmap: TokenMap | None) -> dict[str, int]:
     names = {3: ("token", "head", "dim"), 2: ("row", "col"), 1: ("index",)}.get(len(shape))
     idx = torch.unravel_index(torch.tensor(flat), shape)

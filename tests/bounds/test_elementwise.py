@@ -9,6 +9,7 @@ import torch
 
 from blockattn.bounds.elementwise import (
     TokenMap,
+    elements_apart,
     elementwise_metrics,
     round_to,
     store_bound,
@@ -144,3 +145,23 @@ def test_growth_and_not_tiny_known_answers() -> None:
     # a violation reads as growth < 1
     bad = elementwise_metrics(out, ref, "bfloat16", bound=torch.full((3,), 2.0**-10), c=1.0)
     assert bad["bound"]["violations"] == 1 and bad["bound"]["growth"] < 1.0
+
+
+def test_elements_apart_known_answers() -> None:
+    """The kernel-vs-kernel agreement rule: 1 ulp of a's dtype + 2^-16 of max |b|, a finite."""
+    b = torch.tensor([1.0, -3.0, 2.0**-20, 100.0], dtype=torch.float64)
+    a = b.to(torch.bfloat16)  # each exactly representable: 0 apart
+    assert elements_apart(a, b) == 0
+    one_ulp = torch.tensor([1.0 + 2.0**-7, -3.0, 2.0**-20, 100.0]).to(torch.bfloat16)
+    assert elements_apart(one_ulp, b) == 0  # 1 ulp of bf16 at 1.0 is 2^-7
+    two_ulp = torch.tensor([1.0 + 2.0**-6, -3.0, 2.0**-20, 100.0]).to(torch.bfloat16)
+    # 2^-6 > 2^-7 * (1 + 2^-6) + 2^-16 * 100 = 0.00946...: apart
+    assert elements_apart(two_ulp, b) == 1
+    # near zero the scale term decides: 2^-20 + 2^-10 is within 2^-16 * 100 of 2^-20
+    small = torch.tensor([1.0, -3.0, 2.0**-20 + 2.0**-10, 100.0]).to(torch.bfloat16)
+    assert elements_apart(small, b) == 0
+    for bad in (float("inf"), float("-inf"), float("nan")):
+        poisoned = a.clone()
+        poisoned[0] = bad
+        assert elements_apart(poisoned, b) == 1, bad
+

@@ -16,6 +16,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from blockattn.bounds.elementwise import elements_apart
 from blockattn.cases.generate import make_sinu_pos
 from blockattn.kernels import attention as A
 from blockattn.kernels import attention_gluon_rotary as GR
@@ -80,13 +81,6 @@ def _violations(q, k, v, do, off, sinu, rotate_v, got) -> dict[str, int]:
     return out
 
 
-def _apart(a: torch.Tensor, b: torch.Tensor) -> int:
-    fa, fb = a.double(), b.double()
-    tol = torch.finfo(a.dtype).eps * torch.maximum(fa.abs(), fb.abs()) + 2.0**-16 * float(
-        fb.abs().max())
-    return int((~((fa - fb).abs() <= tol)).sum())
-
-
 @gpu_only
 @pytest.mark.parametrize("dtype,D", [(torch.bfloat16, 128), (torch.bfloat16, 64),
                                      (torch.float16, 128), (torch.float16, 64)],
@@ -101,7 +95,7 @@ def test_gluon_rotary_inside_the_bound_and_near_portable(dtype, D, rotate_v) -> 
     A.launch_bwd(q, k, v, do, build_tile_table(off, q.shape[0], 64), sinu, D ** -0.5, 64,
                  rotate_v, ref)
     for name, a, b in zip(("dQ", "dK", "dV"), got, ref, strict=True):
-        assert _apart(a, b) == 0, f"{name}: beyond 1 ulp of the portable rotary kernel"
+        assert elements_apart(a, b) == 0, f"{name}: beyond 1 ulp of the portable rotary kernel"
     for a, b in zip((q, k, v, do, sinu), before, strict=True):
         assert torch.equal(a, b), "an input was modified"
     again = _gluon(q, k, v, do, off, sinu, rotate_v)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from blockattn.bounds.elementwise import elements_apart
 from blockattn.kernels import attention as A
 from blockattn.kernels import attention_hopper as AH
 from blockattn.kernels import dispatch
@@ -74,7 +75,8 @@ def _ulp_close(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 def _close_at_scale(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Within one ulp of the stored dtype plus 2^-16 of the tensor's largest magnitude.
+    """Within one ulp of the stored dtype plus 2^-16 of the tensor's largest magnitude, a
+    finite (blockattn.bounds.elementwise.elements_apart).
 
     Why the second term: where an output is a near-cancelling sum (|O| far below its terms),
     two fp32 accumulation orders differ by ~n 2^-24 of the terms' magnitudes (n <= 128), which
@@ -83,10 +85,7 @@ def _close_at_scale(a: torch.Tensor, b: torch.Tensor) -> bool:
     elements beyond 1 ulp of the exact value in each); a wrong or unwritten tile is off by
     O(max), far above 2^-16 of it.
     """
-    fa, fb = a.double(), b.double()
-    ulp = torch.finfo(a.dtype).eps * torch.maximum(fa.abs(), fb.abs())
-    tol = ulp + 2.0**-16 * float(fb.abs().max())
-    return bool(torch.isfinite(fa).all() and ((fa - fb).abs() <= tol).all())
+    return elements_apart(a, b) == 0
 
 
 @pytest.mark.skipif(DEVICE == "cuda" and not ON_SM90, reason="the Hopper path needs sm_90")
