@@ -1,9 +1,10 @@
 """A/B timing of the fused-rotary backward's paths in one run (same GPU, inputs and copy
 ceiling): the default rotary backward (dispatch.attention_bwd with BLOCKATTN_KERNEL_PATH
-unset) against the Gluon rotary backward (attention_gluon_rotary, two chains), with the plain
+unset) against the Gluon rotary backward (attention_gluon_rotary: its one-chain kernel, and
+with --two-chains its two-chain one too), with the plain
 default backward of the same inputs as the ratio's denominator.
 
-    python benchmarks/ab_gluon_rotary.py --out DIR [--rounds 3] [--head-dims 128,64] [--a DIR]
+    python benchmarks/ab_gluon_rotary.py --out DIR [--rounds 3] [--head-dims 128,64] [--a DIR]...
 
 Shape P (B=1152, max_len=4096, sparsity 0.7, H=4), rotate_v on and off; each timing is a median
 of triton.testing.do_bench, taken `--rounds` times alternating the paths (the median of those
@@ -11,8 +12,9 @@ is reported); the bwd floor is 7 passes over a (T, H, D) tensor at the copy ceil
 this run. Each Gluon output is compared with the default path's (elements_apart: beyond 1 ulp
 + 2^-16 of the largest magnitude). `--a DIR` also times DIR/attention_gluon_rotary.py (another
 commit's module, e.g. `git archive BASE blockattn/kernels | tar -x -C DIR --strip-components 2`)
-as "a_rot_2", the rest of the package this one's. (Before 2026-11-26's removal of the one-chain
-kernel this script also timed it: results/h200_2026-11-26e/ab_f6db98d.)
+as "a_rot" (repeated: "a_rot:<DIR's name>" each), the rest of the package this one's.
+(Before 2026-11-26's removal of the one-chain kernel this script also timed it:
+results/h200_2026-11-26e/ab_f6db98d.)
 """
 
 from __future__ import annotations
@@ -36,7 +38,10 @@ def main() -> int:
     ap.add_argument("--dtypes", default="bf16")
     ap.add_argument("--head-dims", default="128,64")
     ap.add_argument("--rotate-v", default="on,off")
-    ap.add_argument("--a", type=Path, help="a directory holding another attention_gluon_rotary.py")
+    ap.add_argument("--two-chains", action="store_true",
+                    help="also time this tree's two-chain kernel (one CTA per SM)")
+    ap.add_argument("--a", type=Path, action="append", default=[],
+                    help="a directory holding another attention_gluon_rotary.py (repeatable)")
     args = ap.parse_args()
     from blockattn.bench.case import make_bench_case
     from blockattn.bench.measure import copy_ceiling, time_ms
@@ -45,13 +50,14 @@ def main() -> int:
     from blockattn.kernels.tiles import build_tile_table
 
     os.environ.pop("BLOCKATTN_KERNEL_PATH", None)
-    GA = None
-    if args.a:
+    others = {}
+    for d in args.a:
         import importlib.util
-        spec = importlib.util.spec_from_file_location("gluon_rotary_a",
-                                                      args.a / "attention_gluon_rotary.py")
-        GA = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(GA)
+        name = "a_rot" if len(args.a) == 1 else f"a_rot:{d.name}"
+        spec = importlib.util.spec_from_file_location(f"gluon_rotary_{len(others)}",
+                                                      d / "attention_gluon_rotary.py")
+        others[name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(others[name])
     dev = torch.device("cuda")
     ceiling = copy_ceiling(4 << 30, 25, args.rep_ms, False)
     dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -74,12 +80,15 @@ def main() -> int:
                                                         c.do, table, sinu, c.scale, 64,
                                                         rotate_v),
                 }
-                gluon = {"gluon_rot_2": GR}
-                if GA is not None:
-                    gluon["a_rot_2"] = GA
+                gluon = {"gluon_rot": GR, **others}
                 for name, mod in gluon.items():
                     paths[name] = functools.partial(mod.launch_bwd, c.q, c.k, c.v, c.do, grads,
                                                     table, sinu, c.scale, rotate_v)
+                if args.two_chains:  # this tree's two-chain kernel, one CTA per SM
+                    gluon["gluon_rot_2"] = GR
+                    paths["gluon_rot_2"] = functools.partial(GR.launch_bwd, c.q, c.k, c.v, c.do,
+                                                             grads, table, sinu, c.scale,
+                                                             rotate_v, 2)
                 ref = [t.clone() for t in paths["rotary_default"]()]
                 apart = {}
                 for name in gluon:

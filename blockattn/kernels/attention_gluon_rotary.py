@@ -53,6 +53,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     mbarrier,
     tma,
     warpgroup_mma,
+    warpgroup_mma_wait,
 )
 
 from blockattn.kernels import attention_gluon as G
@@ -158,7 +159,7 @@ def _rot_consumer(C: gl.constexpr, q_desc, k_desc, v_desc, do_desc, dq_desc, dk_
                   stride_dqt, stride_dqh, stride_dkt, stride_dkh, stride_dvt, stride_dvh,
                   stride_st, qk_scale, sm_scale, a_s, b_s, c_s, d_s, e_s, pd_s, bars,
                   H: gl.constexpr, IS_BF16: gl.constexpr, ROTATE_V: gl.constexpr,
-                  NW: gl.constexpr):
+                  NW: gl.constexpr, CHAINS: gl.constexpr):
     """One chain of the two-chain kernel: tiles vp, vp + n_vp, ... (vp = 2 * program + C) in
     five (BM, D) buffers and the P/dS pair. A, B, C, D take q, k, V, dO by TMA. V is rotated
     (or centred) into C (hi) and E (lo) for dP; then q and k into A/C and B/E (hi/lo), reused
@@ -180,11 +181,10 @@ def _rot_consumer(C: gl.constexpr, q_desc, k_desc, v_desc, do_desc, dq_desc, dk_
     op_lay: gl.constexpr = op.type.layout
     PER: gl.constexpr = 2 * BM // HD  # (BM, D) tiles per chain's P/dS pair: 1 (D=128), 2
     k_out = pd_s._reinterpret(dtype, [2 * PER, BM, HD], lay)
-    vp = 2 * gl.program_id(0) + C
-    n_vp = 2 * gl.num_programs(0)
+    vp = CHAINS * gl.program_id(0) + C
+    n_vp = CHAINS * gl.num_programs(0)
     n_my = (n_tiles - vp + n_vp - 1) // n_vp
     start, n, h = _tile_at(gl.minimum(vp, n_tiles - 1), tile_start, tile_len, H)
-    nx_start, nx_n, nx_h = _tile_at(gl.minimum(vp + n_vp, n_tiles - 1), tile_start, tile_len, H)
     bar_vo = bars.index(2 * C)
     bar_qk = bars.index(2 * C + 1)
     _load_pair(v_desc, do_desc, start.to(gl.int32), h * HD, bar_vo, c_s.index(C),
@@ -194,7 +194,6 @@ def _rot_consumer(C: gl.constexpr, q_desc, k_desc, v_desc, do_desc, dq_desc, dk_
     for i in range(n_my):
         t = vp + i * n_vp
         more = i + 1 < n_my
-        nrow = nx_start.to(gl.int32)
         # j is always C; varying per tile as far as the compiler knows, it keeps the MMAs'
         # shared-memory descriptors out of registers across the loop (attention_gluon)
         j = C + (n < 0).to(gl.int32)
@@ -205,64 +204,69 @@ def _rot_consumer(C: gl.constexpr, q_desc, k_desc, v_desc, do_desc, dq_desc, dk_
         eb = e_s.index(j)
         hi_s = pd_s.index(2 * j)
         lo_s = pd_s.index(2 * j + 1)
-        kb_out = k_out.index(j * PER)
-        nn_start, nn_n, nn_h = _tile_at(gl.minimum(t + 2 * n_vp, n_tiles - 1), tile_start,
-                                        tile_len, H)
+        pd_t = k_out.index(j * PER)  # the P/dS pair as one (BM, D) tile: V's lo
+        # the next tile's coordinates, for its loads at the end of this one
+        nx_start, nx_n, nx_h = _tile_at(gl.minimum(t + n_vp, n_tiles - 1), tile_start, tile_len,
+                                        H)
+        nrow = nx_start.to(gl.int32)
         sin_r, cos_r = _table(SIN, start, n, stride_st, rp_lay, BM, HD // 2)
         mbarrier.wait(bar_vo, i & 1)
         if n > 0:
             if n < BM:
                 _zero_rows(cb, n, r_lay)
                 _zero_rows(db, n, r_lay)
-            tma.store_wait(pendings=1)  # the last tile's dQ has left E (its dK may be in flight)
             if ROTATE_V:
-                _rotate_split(cb, eb, sin_r, cos_r, r_lay, n, True)
+                _rotate_split(cb, pd_t, sin_r, cos_r, r_lay, n, True)
             else:
                 vhi, vlo = _centred_split(cb, V, start, n, h, stride_vt, stride_vh, r_lay, dtype)
                 cb.store(vhi)
-                eb.store(vlo)
+                pd_t.store(vlo)
             fence_async_shared()
             zs = gl.zeros([BM, BM], gl.float32, s_lay)
-            dp = warpgroup_mma(db, eb.permute((1, 0)), zs, use_acc=False)
-            dp = warpgroup_mma(db, cb.permute((1, 0)), dp)
+            dp = warpgroup_mma(db, pd_t.permute((1, 0)), zs, use_acc=False, is_async=True)
+            dp = warpgroup_mma(db, cb.permute((1, 0)), dp, is_async=True)
             mbarrier.wait(bar_qk, i & 1)
             if n < BM:
                 _zero_rows(ab, n, r_lay)
                 _zero_rows(bb, n, r_lay)
-            _rotate_split(ab, cb, sin_r, cos_r, r_lay, n, False)
-            _rotate_split(bb, eb, sin_r, cos_r, r_lay, n, False)
+            tma.store_wait(pendings=0)  # the last tile's dK has left E
+            _rotate_split(ab, eb, sin_r, cos_r, r_lay, n, False)  # q, while dP multiplies
+            dp = warpgroup_mma_wait(0, deps=[dp])
+            _rotate_split(bb, cb, sin_r, cos_r, r_lay, n, False)  # k: its lo over V's hi
             fence_async_shared()
-            p, ds, dscale = _scores_to_ds(ab, cb, bb, eb, dp, n, qk_scale, sm_scale, s_lay,
+            p, ds, dscale = _scores_to_ds(ab, eb, bb, cb, dp, n, qk_scale, sm_scale, s_lay,
                                           IS_BF16)
-            sin_o, cos_o = _table(SIN, start, n, stride_st, op_lay, BM, HD // 2)
             phi, plo = _split(p, dtype)
-            tma.store_wait(pendings=0)  # the last tile's dK has left the P/dS pair
             hi_s.store(phi)
             lo_s.store(plo)
             fence_async_shared()
             zo = gl.zeros([BM, HD], gl.float32, o_lay)
-            dv = warpgroup_mma(lo_s.permute((1, 0)), db, zo, use_acc=False)
-            dv = warpgroup_mma(hi_s.permute((1, 0)), db, dv)
-            dshi, dslo = _split(ds, dtype)
-            _emit(dv, sin_o, cos_o, db, dv_desc, DV, start, n, h, stride_dvt, stride_dvh,
-                  ROTATE_V, r_lay)
+            dv = warpgroup_mma(lo_s.permute((1, 0)), db, zo, use_acc=False, is_async=True)
+            dv = warpgroup_mma(hi_s.permute((1, 0)), db, dv, is_async=True)
+            dshi, dslo = _split(ds, dtype)  # while dV multiplies
+            dv = warpgroup_mma_wait(0, deps=[dv])
+            sin_o, cos_o = _table(SIN, start, n, stride_st, op_lay, BM, HD // 2)
             hi_s.store(dshi)
             lo_s.store(dslo)
             fence_async_shared()
-            dq = warpgroup_mma(lo_s, bb, zo, use_acc=False)
-            dq = warpgroup_mma(hi_s, eb, dq)
-            dq = warpgroup_mma(hi_s, bb, dq)
+            _emit(dv, sin_o, cos_o, db, dv_desc, DV, start, n, h, stride_dvt, stride_dvh,
+                  ROTATE_V, r_lay)  # dO is dead
+            dq = warpgroup_mma(lo_s, bb, zo, use_acc=False, is_async=True)
+            dq = warpgroup_mma(hi_s, cb, dq, is_async=True)
+            dq = warpgroup_mma(hi_s, bb, dq, is_async=True)
+            dq = warpgroup_mma_wait(0, deps=[dq])
             mbarrier.expect(bar_qk, 2 * k_desc.block_type.nbytes, pred=more)
             tma.async_copy_global_to_shared(k_desc, [nrow, nx_h * HD], bar_qk, bb, more)
-            _emit(dq * dscale, sin_o, cos_o, eb, dq_desc, DQ, start, n, h, stride_dqt,
-                  stride_dqh, True, r_lay)
-            dk = warpgroup_mma(lo_s.permute((1, 0)), ab, zo, use_acc=False)
-            dk = warpgroup_mma(hi_s.permute((1, 0)), cb, dk)
-            dk = warpgroup_mma(hi_s.permute((1, 0)), ab, dk)
+            dk = warpgroup_mma(lo_s.permute((1, 0)), ab, zo, use_acc=False, is_async=True)
+            dk = warpgroup_mma(hi_s.permute((1, 0)), eb, dk, is_async=True)
+            dk = warpgroup_mma(hi_s.permute((1, 0)), ab, dk, is_async=True)
+            _emit(dq * dscale, sin_o, cos_o, cb, dq_desc, DQ, start, n, h, stride_dqt,
+                  stride_dqh, True, r_lay)  # while dK multiplies; k's lo is dead
+            dk = warpgroup_mma_wait(0, deps=[dk])
             tma.async_copy_global_to_shared(q_desc, [nrow, nx_h * HD], bar_qk, ab, more)
-            tma.store_wait(pendings=1)  # dV's store has read D
+            tma.store_wait(pendings=0)  # dV's and dQ's stores have read D and C
             _load_pair(v_desc, do_desc, nrow, nx_h * HD, bar_vo, cb, db, more)
-            _emit(dk * dscale, sin_o, cos_o, kb_out, dk_desc, DK, start, n, h, stride_dkt,
+            _emit(dk * dscale, sin_o, cos_o, eb, dk_desc, DK, start, n, h, stride_dkt,
                   stride_dkh, True, r_lay)
         else:
             mbarrier.wait(bar_qk, i & 1)
@@ -270,7 +274,6 @@ def _rot_consumer(C: gl.constexpr, q_desc, k_desc, v_desc, do_desc, dq_desc, dk_
             _load_pair(v_desc, do_desc, nrow, nx_h * HD, bar_vo, cb, db, more)
             _load_pair(k_desc, q_desc, nrow, nx_h * HD, bar_qk, bb, ab, more)
         start, n, h = nx_start, nx_n, nx_h
-        nx_start, nx_n, nx_h = nn_start, nn_n, nn_h
     tma.store_wait(pendings=0)
 
 
@@ -301,14 +304,43 @@ def _bwd_rot_kernel_ws(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_des
                          DK, DV, SIN, tile_start, tile_len, n_tiles, stride_vt, stride_vh,
                          stride_dqt, stride_dqh, stride_dkt, stride_dkh, stride_dvt, stride_dvh,
                          stride_st, qk_scale, sm_scale, a_s, b_s, c_s, d_s, e_s, pd_s, bars, H,
-                         IS_BF16, ROTATE_V, num_warps)),
+                         IS_BF16, ROTATE_V, num_warps, 2)),
         (_rot_consumer, (1, q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, V, DQ,
                          DK, DV, SIN, tile_start, tile_len, n_tiles, stride_vt, stride_vh,
                          stride_dqt, stride_dqh, stride_dkt, stride_dkh, stride_dvt, stride_dvh,
                          stride_st, qk_scale, sm_scale, a_s, b_s, c_s, d_s, e_s, pd_s, bars, H,
-                         IS_BF16, ROTATE_V, num_warps)),
+                         IS_BF16, ROTATE_V, num_warps, 2)),
     ], [num_warps], [WORKER_REGS])
     for i in gl.static_range(4):
+        mbarrier.invalidate(bars.index(i))
+
+
+@gluon.jit
+def _bwd_rot_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, V, DQ, DK, DV,
+                    SIN, tile_start, tile_len, n_tiles, stride_vt, stride_vh, stride_dqt,
+                    stride_dqh, stride_dkt, stride_dkh, stride_dvt, stride_dvh, stride_st,
+                    qk_scale, sm_scale, H: gl.constexpr, IS_BF16: gl.constexpr,
+                    ROTATE_V: gl.constexpr, num_warps: gl.constexpr):
+    """One chain per CTA, two CTAs per SM: the chains of one SM run one copy of the code."""
+    BM: gl.constexpr = q_desc.block_type.shape[0]
+    HD: gl.constexpr = q_desc.block_type.shape[1]
+    dtype: gl.constexpr = q_desc.dtype
+    lay: gl.constexpr = q_desc.layout
+    a_s = gl.allocate_shared_memory(dtype, [1, BM, HD], lay)
+    b_s = gl.allocate_shared_memory(dtype, [1, BM, HD], lay)
+    c_s = gl.allocate_shared_memory(dtype, [1, BM, HD], lay)
+    d_s = gl.allocate_shared_memory(dtype, [1, BM, HD], lay)
+    e_s = gl.allocate_shared_memory(dtype, [1, BM, HD], lay)
+    pd_s = gl.allocate_shared_memory(dtype, [2, BM, BM], lay)
+    bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(2):
+        mbarrier.init(bars.index(i), count=1)
+    _rot_consumer(0, q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, V, DQ, DK, DV,
+                  SIN, tile_start, tile_len, n_tiles, stride_vt, stride_vh, stride_dqt,
+                  stride_dqh, stride_dkt, stride_dkh, stride_dvt, stride_dvh, stride_st,
+                  qk_scale, sm_scale, a_s, b_s, c_s, d_s, e_s, pd_s, bars, H, IS_BF16, ROTATE_V,
+                  num_warps, 1)
+    for i in gl.static_range(2):
         mbarrier.invalidate(bars.index(i))
 
 
@@ -326,11 +358,14 @@ def unsupported(q: Tensor, sinu_pos: Tensor, block_size: int, centred: bool) -> 
 
 # ----------------------------------------------------------------------------- launcher
 
+PROGRAMS_PER_SM = 2  # of the one-chain kernel (_bwd_rot_kernel)
+
 
 def launch_bwd(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor,
                grads: tuple[Tensor, Tensor, Tensor], table: TileTable, sinu_pos: Tensor,
-               scale: float, rotate_v: bool) -> tuple[Tensor, Tensor, Tensor]:
-    """(dq, dk, dv) w.r.t. the un-rotated q, k, v into `grads`; inputs are eligible."""
+               scale: float, rotate_v: bool, chains: int = 1) -> tuple[Tensor, Tensor, Tensor]:
+    """(dq, dk, dv) w.r.t. the un-rotated q, k, v into `grads`; inputs are eligible. chains:
+    per CTA (2: one CTA per SM; 1: two CTAs per SM)."""
     T, H, D = q.shape
     dq, dk, dv = grads
     n_tiles = table.n_slots * H
@@ -339,10 +374,14 @@ def launch_bwd(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor,
     dtype = gl.bfloat16 if q.dtype == torch.bfloat16 else gl.float16
     lay = gl.NVMMASharedLayout.get_default_for([BLOCK, D], dtype)
     sms = torch.cuda.get_device_properties(q.device).multi_processor_count
-    _bwd_rot_kernel_ws[(min((n_tiles + 1) // 2, sms),)](
-        *(_desc(t, lay) for t in (q, k, v, grad_out, dq, dk, dv)), v, dq, dk, dv, sinu_pos,
-        table.start, table.length, n_tiles, v.stride(0), v.stride(1), dq.stride(0),
-        dq.stride(1), dk.stride(0), dk.stride(1), dv.stride(0), dv.stride(1), sinu_pos.stride(0),
-        scale * LOG2E, scale, H=H, IS_BF16=q.dtype == torch.bfloat16, ROTATE_V=rotate_v,
-        WORKER_REGS=G.WORKER_REGS, num_warps=4)
+    args = (*(_desc(t, lay) for t in (q, k, v, grad_out, dq, dk, dv)), v, dq, dk, dv, sinu_pos,
+            table.start, table.length, n_tiles, v.stride(0), v.stride(1), dq.stride(0),
+            dq.stride(1), dk.stride(0), dk.stride(1), dv.stride(0), dv.stride(1),
+            sinu_pos.stride(0), scale * LOG2E, scale)
+    flags = dict(H=H, IS_BF16=q.dtype == torch.bfloat16, ROTATE_V=rotate_v, num_warps=4)
+    if chains == 1:
+        _bwd_rot_kernel[(min(n_tiles, PROGRAMS_PER_SM * sms),)](*args, **flags)
+    else:
+        _bwd_rot_kernel_ws[(min((n_tiles + 1) // 2, sms),)](*args, WORKER_REGS=G.WORKER_REGS,
+                                                            **flags)
     return dq, dk, dv

@@ -124,7 +124,6 @@ def all_variants() -> list[Variant]:
         for r in ROTARY_MODES
         if not (p == "hopper" and dt == "fp32")  # the Hopper path takes 16-bit inputs only
         and not (p.startswith("gluon") and (k != "bwd" or dt == "fp32"))
-        and not (p == "gluon" and r != "off")  # fused rotary: the two-chain kernel only
     ]
 
 
@@ -328,7 +327,10 @@ def _compile_gluon(variant: Variant, target: str, res: Result) -> Result:
 
     two = variant.path == "gluon2"
     rotary = variant.rotary != "off"
-    fn = GR._bwd_rot_kernel_ws if rotary else G._bwd_kernel_ws if two else G._bwd_kernel
+    if rotary:
+        fn = GR._bwd_rot_kernel_ws if two else GR._bwd_rot_kernel
+    else:
+        fn = G._bwd_kernel_ws if two else G._bwd_kernel
     gdt = {"bf16": gl.bfloat16, "fp16": gl.float16}[variant.dtype]
     lay = gl.NVMMASharedLayout.get_default_for([G.BLOCK, variant.head_dim], gdt)
     signature: dict[str, str] = {}
@@ -380,7 +382,7 @@ def _compile_gluon(variant: Variant, target: str, res: Result) -> Result:
                             f"({res.registers} registers; accepted: 0 B)")
     if res.smem + res.static_smem > MAX_SMEM_PER_CTA:
         res.failures.append(f"shared memory {res.smem} B > {MAX_SMEM_PER_CTA} B per CTA")
-    want = 1 if two else G.PROGRAMS_PER_SM[variant.head_dim]
+    want = 1 if two else GR.PROGRAMS_PER_SM if rotary else G.PROGRAMS_PER_SM[variant.head_dim]
     if res.ctas_per_sm < want:
         res.failures.append(f"{res.ctas_per_sm} CTAs fit per SM; its launch puts {want}")
     return res
