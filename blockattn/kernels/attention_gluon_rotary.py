@@ -78,7 +78,11 @@ from blockattn.kernels.tiles import TileTable
 @gluon.jit
 def _table(SIN, start, n, stride_st, lay: gl.constexpr, BM: gl.constexpr, HALF: gl.constexpr):
     """(BM, HALF) fp32 sin and cos of the tile's tokens in layout `lay` (rows >= n: 0)."""
-    rows = gl.arange(0, BM, layout=gl.SliceLayout(1, lay))
+    # `zero` is 0, but varies per tile as far as the compiler knows: the per-thread offsets
+    # are recomputed for each tile (a few integer ops) instead of kept live across the loop,
+    # where ptxas spilled them (their reloads stalled each tile's first rotation)
+    zero = (n < 0).to(gl.int32)
+    rows = gl.arange(0, BM, layout=gl.SliceLayout(1, lay)) + zero
     cols = gl.arange(0, HALF, layout=gl.SliceLayout(0, lay))
     ptrs = (SIN + start.to(gl.int64) * stride_st + gl.expand_dims(rows * stride_st, 1)
             + gl.expand_dims(cols, 0))
@@ -244,8 +248,8 @@ def _rot_consumer(C: gl.constexpr, q_desc, k_desc, v_desc, do_desc, dq_desc, dk_
             dv = warpgroup_mma(lo_s.permute((1, 0)), db, zo, use_acc=False, is_async=True)
             dv = warpgroup_mma(hi_s.permute((1, 0)), db, dv, is_async=True)
             dshi, dslo = _split(ds, dtype)  # while dV multiplies
-            dv = warpgroup_mma_wait(0, deps=[dv])
             sin_o, cos_o = _table(SIN, start, n, stride_st, op_lay, BM, HD // 2)
+            dv = warpgroup_mma_wait(0, deps=[dv])
             hi_s.store(dshi)
             lo_s.store(dslo)
             fence_async_shared()
