@@ -1,8 +1,7 @@
 """A/B timing of the fused-rotary backward's paths in one run (same GPU, inputs and copy
 ceiling): the default rotary backward (dispatch.attention_bwd with BLOCKATTN_KERNEL_PATH
-unset) against the Gluon rotary backward (attention_gluon_rotary: its one-chain kernel, and
-with --two-chains its two-chain one too), with the plain
-default backward of the same inputs as the ratio's denominator.
+unset) against the Gluon rotary backward (attention_gluon_rotary), with the plain default
+backward of the same inputs as the ratio's denominator.
 
     python benchmarks/ab_gluon_rotary.py --out DIR [--rounds 3] [--head-dims 128,64] [--a DIR]...
 
@@ -38,8 +37,6 @@ def main() -> int:
     ap.add_argument("--dtypes", default="bf16")
     ap.add_argument("--head-dims", default="128,64")
     ap.add_argument("--rotate-v", default="on,off")
-    ap.add_argument("--two-chains", action="store_true",
-                    help="also time this tree's two-chain kernel (one CTA per SM)")
     ap.add_argument("--a", type=Path, action="append", default=[],
                     help="a directory holding another attention_gluon_rotary.py (repeatable)")
     args = ap.parse_args()
@@ -84,11 +81,6 @@ def main() -> int:
                 for name, mod in gluon.items():
                     paths[name] = functools.partial(mod.launch_bwd, c.q, c.k, c.v, c.do, grads,
                                                     table, sinu, c.scale, rotate_v)
-                if args.two_chains:  # this tree's two-chain kernel, one CTA per SM
-                    gluon["gluon_rot_2"] = GR
-                    paths["gluon_rot_2"] = functools.partial(GR.launch_bwd, c.q, c.k, c.v, c.do,
-                                                             grads, table, sinu, c.scale,
-                                                             rotate_v, 2)
                 ref = [t.clone() for t in paths["rotary_default"]()]
                 apart = {}
                 for name in gluon:

@@ -5,9 +5,8 @@
 #   ab:           benchmarks/ab_gluon_rotary.py, this tree's module against every .ab/*/ module
 #                 carried (e.g. .ab/a: the previous commit's kernels)
 #   stages:       (STAGES=1) the stage profile with prefer-gluon (rotary: this tree's kernel)
-#   ncu_*:        Nsight Compute of this tree's one-chain rotary kernel (NCU_ALL=1: also its
-#                 two-chain one, .ab/a's and the plain two-chain Gluon backward): raw metrics and
-#                 per-SASS-instruction stall samples
+#   ncu_*:        Nsight Compute of this tree's rotary kernel (NCU_ALL=1: also the plain
+#                 two-chain Gluon backward): raw metrics and per-SASS-instruction stall samples
 # Usage: bash benchmarks/gpu_rotary_overlap.sh OUTDIR [COMMIT]   (logs tarred in OUTDIR/run.tgz)
 set -uo pipefail
 source "$(dirname "$0")/gpu_steps.sh"
@@ -17,7 +16,7 @@ step rotary_tests timeout 200 python3 -m pytest -q tests/kernels/test_gluon_rota
 a_args=()
 for d in .ab/*/; do [ -f "$d/attention_gluon_rotary.py" ] && a_args+=(--a "${d%/}"); done
 step ab timeout 240 python3 benchmarks/ab_gluon_rotary.py --out "$r/ab" --rounds 3 --rep-ms 100 \
-  --two-chains "${a_args[@]}"
+  "${a_args[@]}"
 [ "${STAGES:-0}" = 1 ] && step stages timeout 150 python3 benchmarks/stage_profile.py \
   --out "$r/stages" --path prefer-gluon --head-dims 128,64
 NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu 2>/dev/null | head -1)
@@ -33,7 +32,5 @@ ncu_step() {  # ncu_step NAME KERNEL_REGEX ARGS...: raw metrics and the SASS sou
   rm -f "$r/$name.ncu-rep"
 }
 ncu_step ncu_rot_one '^_bwd_rot_kernel$' --gluon-rotary
-[ "${NCU_ALL:-0}" = 1 ] && ncu_step ncu_rot_new _bwd_rot_kernel_ws --gluon-rotary --two-chains
-[ "${NCU_ALL:-0}" = 1 ] && [ -d .ab/a ] && ncu_step ncu_rot_a _bwd_rot_kernel_ws --gluon-rotary .ab/a
 [ "${NCU_ALL:-0}" = 1 ] && ncu_step ncu_plain_gluon _bwd_kernel_ws --plain
 finish_run

@@ -1,7 +1,7 @@
 """Launch each blockattn kernel once at a mid-size shape, for Nsight Compute.
 
     ncu --set detailed -k regex:_bwd_kernel python benchmarks/ncu_kernels.py [--shape-p] [--plain]
-        [--rotary] [--gluon-rotary [DIR]] [--two-chains]
+        [--rotary] [--gluon-rotary [DIR]]
 
 B=256, max_len=1024, sparsity 0.7 (~79 k tokens, ~1230 tiles of 64 x 4 heads: many waves on a
 132-SM GPU, so per-kernel ratios are those of shape P) with H=4, D=128, bf16. --shape-p runs
@@ -9,7 +9,7 @@ shape P itself (B=1152, max_len=4096: the persistent Gluon kernels' steady state
 SM); --plain skips the rotary launches; --rotary runs only the portable rotary backward
 (attention.launch_bwd: the default rotary path, whatever the GPU); --gluon-rotary runs only the
 Gluon fused-rotary backward (attention_gluon_rotary, rotate_v), from DIR/attention_gluon_rotary.py
-when a directory follows (another commit's module); with --two-chains, its two-chain kernel.
+when a directory follows (another commit's module).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def main() -> None:
         GR = _module(sys.argv[sys.argv.index("--gluon-rotary") + 1:])
         grads = tuple(torch.empty_like(case.q) for _ in range(3))
         GR.launch_bwd(case.q, case.k, case.v, case.grad_out, grads, table, case.sinu_pos, scale,
-                      True, *([2] if "--two-chains" in sys.argv else []))
+                      True)
         torch.cuda.synchronize()
         return
     if "--rotary" in sys.argv:

@@ -78,11 +78,7 @@ from blockattn.kernels.tiles import TileTable
 @gluon.jit
 def _table(SIN, start, n, stride_st, lay: gl.constexpr, BM: gl.constexpr, HALF: gl.constexpr):
     """(BM, HALF) fp32 sin and cos of the tile's tokens in layout `lay` (rows >= n: 0)."""
-    # `zero` is 0, but varies per tile as far as the compiler knows: the per-thread offsets
-    # are recomputed for each tile (a few integer ops) instead of kept live across the loop,
-    # where ptxas spilled them (their reloads stalled each tile's first rotation)
-    zero = (n < 0).to(gl.int32)
-    rows = gl.arange(0, BM, layout=gl.SliceLayout(1, lay)) + zero
+    rows = gl.arange(0, BM, layout=gl.SliceLayout(1, lay))
     cols = gl.arange(0, HALF, layout=gl.SliceLayout(0, lay))
     ptrs = (SIN + start.to(gl.int64) * stride_st + gl.expand_dims(rows * stride_st, 1)
             + gl.expand_dims(cols, 0))
@@ -158,49 +154,57 @@ def _emit(x, sin, cos, buf, desc, base, start, n, h, stride_t, stride_h, ROTATE:
 
 
 @gluon.jit
-def _rot_consumer(C: gl.constexpr, q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc,
-                  V, DQ, DK, DV, SIN, tile_start, tile_len, n_tiles, stride_vt, stride_vh,
-                  stride_dqt, stride_dqh, stride_dkt, stride_dkh, stride_dvt, stride_dvh,
-                  stride_st, qk_scale, sm_scale, a_s, b_s, c_s, d_s, e_s, pd_s, bars,
-                  H: gl.constexpr, IS_BF16: gl.constexpr, ROTATE_V: gl.constexpr,
-                  NW: gl.constexpr, CHAINS: gl.constexpr):
-    """One chain of the two-chain kernel: tiles vp, vp + n_vp, ... (vp = 2 * program + C) in
-    five (BM, D) buffers and the P/dS pair. A, B, C, D take q, k, V, dO by TMA. V is rotated
-    (or centred) into C (hi) and E (lo) for dP; then q and k into A/C and B/E (hi/lo), reused
-    by S, dQ and dK. dV leaves through D (dO's), dQ through E, dK through the P/dS pair's
-    bytes; each input buffer takes the next tile's load once its last reader is done: K after
-    dQ, Q after dK, V and dO once dV's store has read D."""
+def _bwd_rot_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, V, DQ, DK, DV,
+                    SIN, tile_start, tile_len, n_tiles, stride_vt, stride_vh, stride_dqt,
+                    stride_dqh, stride_dkt, stride_dkh, stride_dvt, stride_dvh, stride_st,
+                    qk_scale, sm_scale, H: gl.constexpr, IS_BF16: gl.constexpr,
+                    ROTATE_V: gl.constexpr, num_warps: gl.constexpr):
+    """Tiles p, p + P, ... (p = program, P = programs: two per SM) in five (BM, D) buffers and
+    the P/dS pair. A, B, C, D take q, k, V, dO by TMA. V is rotated (or centred) into C (hi)
+    and the P/dS pair (lo) for dP, whose MMAs run while q is rotated into A/E (hi/lo); then k
+    into B/C, reused with q's halves by S, dQ and dK. dV leaves through D (dO's), dQ through
+    C, dK through E; each input buffer takes the next tile's load once its last reader is
+    done: K after dQ, Q after dK, V and dO once dV's and dQ's stores have read D and C."""
     BM: gl.constexpr = q_desc.block_type.shape[0]
     HD: gl.constexpr = q_desc.block_type.shape[1]
     dtype: gl.constexpr = q_desc.dtype
     lay: gl.constexpr = q_desc.layout
-    s_lay: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1],
+    s_lay: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
                                                     instr_shape=[16, BM, 16])
-    o_lay: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1],
+    o_lay: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
                                                     instr_shape=[16, HD, 16])
-    r_lay: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [NW, 1], [1, 0])
+    r_lay: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [num_warps, 1], [1, 0])
     rp, _ = gl.split(gl.reshape(gl.zeros([BM, HD], gl.float32, r_lay), [BM, HD // 2, 2]))
     op, _ = gl.split(gl.reshape(gl.zeros([BM, HD], gl.float32, o_lay), [BM, HD // 2, 2]))
     rp_lay: gl.constexpr = rp.type.layout
     op_lay: gl.constexpr = op.type.layout
-    PER: gl.constexpr = 2 * BM // HD  # (BM, D) tiles per chain's P/dS pair: 1 (D=128), 2
-    k_out = pd_s._reinterpret(dtype, [2 * PER, BM, HD], lay)
-    vp = CHAINS * gl.program_id(0) + C
-    n_vp = CHAINS * gl.num_programs(0)
+    a_s = gl.allocate_shared_memory(dtype, [1, BM, HD], lay)
+    b_s = gl.allocate_shared_memory(dtype, [1, BM, HD], lay)
+    c_s = gl.allocate_shared_memory(dtype, [1, BM, HD], lay)
+    d_s = gl.allocate_shared_memory(dtype, [1, BM, HD], lay)
+    e_s = gl.allocate_shared_memory(dtype, [1, BM, HD], lay)
+    pd_s = gl.allocate_shared_memory(dtype, [2, BM, BM], lay)  # P, then dS: hi, lo
+    PER: gl.constexpr = 2 * BM // HD  # (BM, D) tiles in the P/dS pair's bytes: 1 (D=128), 2
+    k_out = pd_s._reinterpret(dtype, [PER, BM, HD], lay)
+    bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(2):
+        mbarrier.init(bars.index(i), count=1)
+    vp = gl.program_id(0)
+    n_vp = gl.num_programs(0)
     n_my = (n_tiles - vp + n_vp - 1) // n_vp
     start, n, h = _tile_at(gl.minimum(vp, n_tiles - 1), tile_start, tile_len, H)
-    bar_vo = bars.index(2 * C)
-    bar_qk = bars.index(2 * C + 1)
-    _load_pair(v_desc, do_desc, start.to(gl.int32), h * HD, bar_vo, c_s.index(C),
-               d_s.index(C), n_my > 0)
-    _load_pair(k_desc, q_desc, start.to(gl.int32), h * HD, bar_qk, b_s.index(C), a_s.index(C),
+    bar_vo = bars.index(0)
+    bar_qk = bars.index(1)
+    _load_pair(v_desc, do_desc, start.to(gl.int32), h * HD, bar_vo, c_s.index(0), d_s.index(0),
+               n_my > 0)
+    _load_pair(k_desc, q_desc, start.to(gl.int32), h * HD, bar_qk, b_s.index(0), a_s.index(0),
                n_my > 0)
     for i in range(n_my):
         t = vp + i * n_vp
         more = i + 1 < n_my
-        # j is always C; varying per tile as far as the compiler knows, it keeps the MMAs'
+        # j is always 0; varying per tile as far as the compiler knows, it keeps the MMAs'
         # shared-memory descriptors out of registers across the loop (attention_gluon)
-        j = C + (n < 0).to(gl.int32)
+        j = (n < 0).to(gl.int32)
         ab = a_s.index(j)
         bb = b_s.index(j)
         cb = c_s.index(j)
@@ -208,7 +212,7 @@ def _rot_consumer(C: gl.constexpr, q_desc, k_desc, v_desc, do_desc, dq_desc, dk_
         eb = e_s.index(j)
         hi_s = pd_s.index(2 * j)
         lo_s = pd_s.index(2 * j + 1)
-        pd_t = k_out.index(j * PER)  # the P/dS pair as one (BM, D) tile: V's lo
+        pd_t = k_out.index(j)  # the P/dS pair as one (BM, D) tile: V's lo
         # the next tile's coordinates, for its loads at the end of this one
         nx_start, nx_n, nx_h = _tile_at(gl.minimum(t + n_vp, n_tiles - 1), tile_start, tile_len,
                                         H)
@@ -248,8 +252,8 @@ def _rot_consumer(C: gl.constexpr, q_desc, k_desc, v_desc, do_desc, dq_desc, dk_
             dv = warpgroup_mma(lo_s.permute((1, 0)), db, zo, use_acc=False, is_async=True)
             dv = warpgroup_mma(hi_s.permute((1, 0)), db, dv, is_async=True)
             dshi, dslo = _split(ds, dtype)  # while dV multiplies
-            sin_o, cos_o = _table(SIN, start, n, stride_st, op_lay, BM, HD // 2)
             dv = warpgroup_mma_wait(0, deps=[dv])
+            sin_o, cos_o = _table(SIN, start, n, stride_st, op_lay, BM, HD // 2)
             hi_s.store(dshi)
             lo_s.store(dslo)
             fence_async_shared()
@@ -279,71 +283,6 @@ def _rot_consumer(C: gl.constexpr, q_desc, k_desc, v_desc, do_desc, dq_desc, dk_
             _load_pair(k_desc, q_desc, nrow, nx_h * HD, bar_qk, bb, ab, more)
         start, n, h = nx_start, nx_n, nx_h
     tma.store_wait(pendings=0)
-
-
-@gluon.jit
-def _bwd_rot_kernel_ws(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, V, DQ, DK, DV,
-                       SIN, tile_start, tile_len, n_tiles, stride_vt, stride_vh, stride_dqt,
-                       stride_dqh, stride_dkt, stride_dkh, stride_dvt, stride_dvh, stride_st,
-                       qk_scale, sm_scale, H: gl.constexpr, IS_BF16: gl.constexpr,
-                       ROTATE_V: gl.constexpr, WORKER_REGS: gl.constexpr,
-                       num_warps: gl.constexpr):
-    """Two chains per CTA: the default warpgroup and one worker warpgroup each run
-    _rot_consumer on their own tiles in their own 96 KB (D = 128) of shared memory."""
-    BM: gl.constexpr = q_desc.block_type.shape[0]
-    HD: gl.constexpr = q_desc.block_type.shape[1]
-    dtype: gl.constexpr = q_desc.dtype
-    lay: gl.constexpr = q_desc.layout
-    a_s = gl.allocate_shared_memory(dtype, [2, BM, HD], lay)
-    b_s = gl.allocate_shared_memory(dtype, [2, BM, HD], lay)
-    c_s = gl.allocate_shared_memory(dtype, [2, BM, HD], lay)
-    d_s = gl.allocate_shared_memory(dtype, [2, BM, HD], lay)
-    e_s = gl.allocate_shared_memory(dtype, [2, BM, HD], lay)
-    pd_s = gl.allocate_shared_memory(dtype, [4, BM, BM], lay)  # per chain: P, then dS: hi, lo
-    bars = gl.allocate_shared_memory(gl.int64, [4, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(4):
-        mbarrier.init(bars.index(i), count=1)
-    gl.warp_specialize([
-        (_rot_consumer, (0, q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, V, DQ,
-                         DK, DV, SIN, tile_start, tile_len, n_tiles, stride_vt, stride_vh,
-                         stride_dqt, stride_dqh, stride_dkt, stride_dkh, stride_dvt, stride_dvh,
-                         stride_st, qk_scale, sm_scale, a_s, b_s, c_s, d_s, e_s, pd_s, bars, H,
-                         IS_BF16, ROTATE_V, num_warps, 2)),
-        (_rot_consumer, (1, q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, V, DQ,
-                         DK, DV, SIN, tile_start, tile_len, n_tiles, stride_vt, stride_vh,
-                         stride_dqt, stride_dqh, stride_dkt, stride_dkh, stride_dvt, stride_dvh,
-                         stride_st, qk_scale, sm_scale, a_s, b_s, c_s, d_s, e_s, pd_s, bars, H,
-                         IS_BF16, ROTATE_V, num_warps, 2)),
-    ], [num_warps], [WORKER_REGS])
-    for i in gl.static_range(4):
-        mbarrier.invalidate(bars.index(i))
-
-
-@gluon.jit
-def _bwd_rot_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, V, DQ, DK, DV,
-                    SIN, tile_start, tile_len, n_tiles, stride_vt, stride_vh, stride_dqt,
-                    stride_dqh, stride_dkt, stride_dkh, stride_dvt, stride_dvh, stride_st,
-                    qk_scale, sm_scale, H: gl.constexpr, IS_BF16: gl.constexpr,
-                    ROTATE_V: gl.constexpr, num_warps: gl.constexpr):
-    """One chain per CTA, two CTAs per SM: the chains of one SM run one copy of the code."""
-    BM: gl.constexpr = q_desc.block_type.shape[0]
-    HD: gl.constexpr = q_desc.block_type.shape[1]
-    dtype: gl.constexpr = q_desc.dtype
-    lay: gl.constexpr = q_desc.layout
-    a_s = gl.allocate_shared_memory(dtype, [1, BM, HD], lay)
-    b_s = gl.allocate_shared_memory(dtype, [1, BM, HD], lay)
-    c_s = gl.allocate_shared_memory(dtype, [1, BM, HD], lay)
-    d_s = gl.allocate_shared_memory(dtype, [1, BM, HD], lay)
-    e_s = gl.allocate_shared_memory(dtype, [1, BM, HD], lay)
-    pd_s = gl.allocate_shared_memory(dtype, [2, BM, BM], lay)
-    bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(2):
-        mbarrier.init(bars.index(i), count=1)
-    _rot_consumer(0, q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, V, DQ, DK, DV,
-                  SIN, tile_start, tile_len, n_tiles, stride_vt, stride_vh, stride_dqt,
-                  stride_dqh, stride_dkt, stride_dkh, stride_dvt, stride_dvh, stride_st,
-                  qk_scale, sm_scale, a_s, b_s, c_s, d_s, e_s, pd_s, bars, H, IS_BF16, ROTATE_V,
-                  num_warps, 1)
     for i in gl.static_range(2):
         mbarrier.invalidate(bars.index(i))
 
@@ -362,14 +301,13 @@ def unsupported(q: Tensor, sinu_pos: Tensor, block_size: int, centred: bool) -> 
 
 # ----------------------------------------------------------------------------- launcher
 
-PROGRAMS_PER_SM = 2  # of the one-chain kernel (_bwd_rot_kernel)
+PROGRAMS_PER_SM = 2  # 255 registers x 128 threads and ~100 KB of shared memory each at D = 128
 
 
 def launch_bwd(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor,
                grads: tuple[Tensor, Tensor, Tensor], table: TileTable, sinu_pos: Tensor,
-               scale: float, rotate_v: bool, chains: int = 1) -> tuple[Tensor, Tensor, Tensor]:
-    """(dq, dk, dv) w.r.t. the un-rotated q, k, v into `grads`; inputs are eligible. chains:
-    per CTA (2: one CTA per SM; 1: two CTAs per SM)."""
+               scale: float, rotate_v: bool) -> tuple[Tensor, Tensor, Tensor]:
+    """(dq, dk, dv) w.r.t. the un-rotated q, k, v into `grads`; inputs are eligible."""
     T, H, D = q.shape
     dq, dk, dv = grads
     n_tiles = table.n_slots * H
@@ -382,10 +320,6 @@ def launch_bwd(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor,
             table.start, table.length, n_tiles, v.stride(0), v.stride(1), dq.stride(0),
             dq.stride(1), dk.stride(0), dk.stride(1), dv.stride(0), dv.stride(1),
             sinu_pos.stride(0), scale * LOG2E, scale)
-    flags = dict(H=H, IS_BF16=q.dtype == torch.bfloat16, ROTATE_V=rotate_v, num_warps=4)
-    if chains == 1:
-        _bwd_rot_kernel[(min(n_tiles, PROGRAMS_PER_SM * sms),)](*args, **flags)
-    else:
-        _bwd_rot_kernel_ws[(min((n_tiles + 1) // 2, sms),)](*args, WORKER_REGS=G.WORKER_REGS,
-                                                            **flags)
+    _bwd_rot_kernel[(min(n_tiles, PROGRAMS_PER_SM * sms),)](
+        *args, H=H, IS_BF16=q.dtype == torch.bfloat16, ROTATE_V=rotate_v, num_warps=4)
     return dq, dk, dv

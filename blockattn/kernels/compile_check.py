@@ -54,8 +54,8 @@ HEAD_DIMS = (64, 128)
 # "off": no sinu_pos; "rot": rotary on q, k and v (rotate_v=True); "rot-qk": rotate_v=False.
 ROTARY_MODES = ("off", "rot", "rot-qk")
 # hopper: the opt-in Triton TMA path, sm_90, 16-bit inputs only; gluon: the Gluon backward
-# (attention_gluon), sm_90, 16-bit, plain; gluon2: its two-chain kernel (_bwd_kernel_ws) and
-# the opt-in fused-rotary one (attention_gluon_rotary._bwd_rot_kernel_ws)
+# (attention_gluon), sm_90, 16-bit, plain, and the fused-rotary one
+# (attention_gluon_rotary._bwd_rot_kernel); gluon2: the plain two-chain kernel (_bwd_kernel_ws)
 PATHS = ("portable", "hopper", "gluon", "gluon2")
 TMA_OPCODE = "cp.async.bulk.tensor"
 TARGETS = {"sm_90": 90, "sm_100": 100}
@@ -124,6 +124,7 @@ def all_variants() -> list[Variant]:
         for r in ROTARY_MODES
         if not (p == "hopper" and dt == "fp32")  # the Hopper path takes 16-bit inputs only
         and not (p.startswith("gluon") and (k != "bwd" or dt == "fp32"))
+        and not (p == "gluon2" and r != "off")  # fused rotary: one chain per CTA
     ]
 
 
@@ -327,10 +328,7 @@ def _compile_gluon(variant: Variant, target: str, res: Result) -> Result:
 
     two = variant.path == "gluon2"
     rotary = variant.rotary != "off"
-    if rotary:
-        fn = GR._bwd_rot_kernel_ws if two else GR._bwd_rot_kernel
-    else:
-        fn = G._bwd_kernel_ws if two else G._bwd_kernel
+    fn = GR._bwd_rot_kernel if rotary else G._bwd_kernel_ws if two else G._bwd_kernel
     gdt = {"bf16": gl.bfloat16, "fp16": gl.float16}[variant.dtype]
     lay = gl.NVMMASharedLayout.get_default_for([G.BLOCK, variant.head_dim], gdt)
     signature: dict[str, str] = {}

@@ -342,7 +342,7 @@ CORE: tuple[Mutant, ...] = (
         needs_sm90=True,
         tests=("tests/kernels/test_gluon_path.py::test_gluon_persistent_loop_many_tiles",),
     ),
-    # The opt-in Gluon fused-rotary backward (attention_gluon_rotary), sm_90 only.
+    # The Gluon fused-rotary backward (attention_gluon_rotary), sm_90 only.
     Mutant(
         "gluon-rot-gradients-rotated-forward",
         "core",
@@ -367,27 +367,27 @@ CORE: tuple[Mutant, ...] = (
         tests=GLUON_ROTARY_TESTS,
     ),
     Mutant(
-        "gluon-rot2-v-do-rows-past-block-not-zeroed",
+        "gluon-rot-v-do-rows-past-block-not-zeroed",
         "core",
         GLUON_ROTARY,
         "            if n < BM:\n                _zero_rows(cb, n, r_lay)\n"
         "                _zero_rows(db, n, r_lay)",
         "            if n < 0:\n                _zero_rows(cb, n, r_lay)\n"
         "                _zero_rows(db, n, r_lay)",
-        "Gluon rotary two-chain kernel: the V and dO rows a partial block's box reads past its "
-        "end (the next sequence's) are not zeroed",
+        "Gluon rotary backward: the V and dO rows a partial block's box reads past its end (the "
+        "next sequence's) are not zeroed",
         env=PREFER_GLUON,
         needs_sm90=True,
         tests=GLUON_ROTARY_TESTS,
     ),
     Mutant(
-        "gluon-rot2-second-chain-repeats-first",
+        "gluon-rot-programs-repeat-tiles",
         "core",
         GLUON_ROTARY,
-        "    vp = 2 * gl.program_id(0) + C\n",
-        "    vp = 2 * gl.program_id(0)\n",
-        "Gluon rotary two-chain kernel: the worker warpgroup walks the default one's tiles, so "
-        "every other tile's gradients are never written",
+        "    vp = gl.program_id(0)\n",
+        "    vp = gl.program_id(0) // 2 * 2\n",
+        "Gluon rotary backward: each odd program walks its even neighbour's tiles, so those "
+        "tiles are computed twice and the odd programs' tiles never",
         env=PREFER_GLUON,
         needs_sm90=True,
         tests=GLUON_ROTARY_TESTS,

@@ -30,13 +30,13 @@ def test_variant_matrix_is_complete() -> None:
     names = [v.name for v in cc.all_variants()]
     # portable: kernel x dtype x head dim x rotary; Hopper path: the same without fp32; Gluon
     # path (one and two chains): the plain backward in bf16 and fp16 at both head dims; its
-    # opt-in fused-rotary kernel (two chains) with and without rotate_v
+    # fused-rotary kernel (one chain) with and without rotate_v
     assert len(names) == len(set(names)) == 2 * 3 * 2 * 3 + 2 * 2 * 2 * 3 + 2 * 2 * 2 + 2 * 2 * 2
     assert "bwd-fp32-d64-rot-qk" in names
     assert "bwd-bf16-d128-rot-hopper" in names and "fwd-fp32-d64-off-hopper" not in names
     assert "bwd-fp16-d64-off-gluon" in names and "fwd-bf16-d64-off-gluon" not in names
-    assert "bwd-bf16-d64-rot-gluon2" in names and "bwd-bf16-d64-rot-gluon" not in names
-    assert "bwd-bf16-d128-off-gluon2" in names and "bwd-bf16-d128-rot-qk-gluon2" in names
+    assert "bwd-bf16-d64-rot-gluon" in names and "bwd-bf16-d64-rot-gluon2" not in names
+    assert "bwd-bf16-d128-off-gluon2" in names and "bwd-bf16-d128-rot-qk-gluon" in names
 
 
 def test_hopper_variants_build_with_tma_on_sm90_only() -> None:

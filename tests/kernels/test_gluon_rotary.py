@@ -4,7 +4,7 @@ Gluon has no interpreter, so on CPU the kernels are built ahead of time for sm_9
 MMAs, TMA, the CTAs per SM their launch puts); on an sm_90 GPU they are judged:
 - dQ, dK, dV against the FP64 rotary oracle with the fp32-split-operands bound (tolerances v5):
   0 violations, on jagged inputs with partial blocks, an empty sequence, padding slots and more
-  tiles than chains, NaN-poisoned outputs; bf16 and fp16, D = 64 and 128, rotate_v on and off;
+  tiles than programs, NaN-poisoned outputs; bf16 and fp16, D = 64 and 128, rotate_v on and off;
 - within 1 ulp (+ 2^-16 of the largest magnitude) of the portable rotary kernel, which forms
   the same products (the rotation's fp32 FMAs may fuse differently);
 - Inf/NaN in the rows a partial block's TMA box reads past its end never reach its outputs;
@@ -29,9 +29,7 @@ gpu_only = pytest.mark.skipif(not ON_SM90, reason="the Gluon path runs on sm_90 
 
 
 def test_gluon_rotary_builds_for_sm90() -> None:
-    variants = compile_check.select_variants(
-        "bwd-*-d64-rot*-gluon2,bwd-fp16-d128-rot-gluon2,bwd-bf16-d64-rot-gluon,"
-        "bwd-bf16-d128-rot-qk-gluon")
+    variants = compile_check.select_variants("bwd-*-d64-rot*-gluon,bwd-fp16-d128-rot-gluon")
     results = compile_check.run_check(variants, ["sm_90"], jobs=2)
     for r in results:
         assert r.ok, f"{r.variant}: {r.error or r.failures}"
@@ -44,7 +42,6 @@ def test_gluon_rotary_builds_for_sm90() -> None:
 LENGTHS = [100, 37, 0, 64, 5, 209]  # partial blocks of 36, 37, 5, 17 rows; an empty sequence
 H = 2
 ROTATE_V = pytest.mark.parametrize("rotate_v", [True, False], ids=["rot-v", "rot-qk"])
-CHAINS = pytest.mark.parametrize("chains", [2, 1], ids=["two-chains", "one-chain"])
 
 
 def _inputs(D: int, dtype: torch.dtype, lengths: list[int], seed: int):
@@ -55,10 +52,10 @@ def _inputs(D: int, dtype: torch.dtype, lengths: list[int], seed: int):
     return q, k, v, do, off, make_sinu_pos(off, D)
 
 
-def _gluon(q, k, v, do, off, sinu, rotate_v, chains=2) -> tuple[torch.Tensor, ...]:
+def _gluon(q, k, v, do, off, sinu, rotate_v) -> tuple[torch.Tensor, ...]:
     grads = tuple(torch.full_like(q, float("nan")) for _ in range(3))
     table = build_tile_table(off, q.shape[0], 64)
-    return GR.launch_bwd(q, k, v, do, grads, table, sinu, q.shape[2] ** -0.5, rotate_v, chains)
+    return GR.launch_bwd(q, k, v, do, grads, table, sinu, q.shape[2] ** -0.5, rotate_v)
 
 
 def _violations(q, k, v, do, off, sinu, rotate_v, got) -> dict[str, int]:
@@ -89,11 +86,10 @@ def _violations(q, k, v, do, off, sinu, rotate_v, got) -> dict[str, int]:
                                      (torch.float16, 128), (torch.float16, 64)],
                          ids=["bf16-d128", "bf16-d64", "fp16-d128", "fp16-d64"])
 @ROTATE_V
-@CHAINS
-def test_gluon_rotary_inside_the_bound_and_near_portable(dtype, D, rotate_v, chains) -> None:
+def test_gluon_rotary_inside_the_bound_and_near_portable(dtype, D, rotate_v) -> None:
     q, k, v, do, off, sinu = _inputs(D, dtype, LENGTHS, seed=11)
     before = [t.clone() for t in (q, k, v, do, sinu)]
-    got = _gluon(q, k, v, do, off, sinu, rotate_v, chains)
+    got = _gluon(q, k, v, do, off, sinu, rotate_v)
     assert _violations(q, k, v, do, off, sinu, rotate_v, got) == {"dQ": 0, "dK": 0, "dV": 0}
     ref = tuple(torch.full_like(q, float("nan")) for _ in range(3))
     A.launch_bwd(q, k, v, do, build_tile_table(off, q.shape[0], 64), sinu, D ** -0.5, 64,
@@ -102,31 +98,29 @@ def test_gluon_rotary_inside_the_bound_and_near_portable(dtype, D, rotate_v, cha
         assert elements_apart(a, b) == 0, f"{name}: beyond 1 ulp of the portable rotary kernel"
     for a, b in zip((q, k, v, do, sinu), before, strict=True):
         assert torch.equal(a, b), "an input was modified"
-    again = _gluon(q, k, v, do, off, sinu, rotate_v, chains)
+    again = _gluon(q, k, v, do, off, sinu, rotate_v)
     for a, b in zip(got, again, strict=True):
         assert torch.equal(a, b), "not bitwise repeatable"
 
 
 @gpu_only
 @pytest.mark.parametrize("D", [64, 128])
-@CHAINS
-def test_gluon_rotary_persistent_loop_many_tiles(D, chains) -> None:
+def test_gluon_rotary_persistent_loop_many_tiles(D) -> None:
     g = torch.Generator().manual_seed(7)
     lengths = torch.randint(0, 700, (128,), generator=g).tolist()
     q, k, v, do, off, sinu = _inputs(D, torch.bfloat16, lengths, seed=12)
-    got = _gluon(q, k, v, do, off, sinu, True, chains)
+    got = _gluon(q, k, v, do, off, sinu, True)
     assert _violations(q, k, v, do, off, sinu, True, got) == {"dQ": 0, "dK": 0, "dV": 0}
 
 
 @gpu_only
-@CHAINS
-def test_gluon_rotary_rows_read_past_a_partial_block_are_contained(chains) -> None:
+def test_gluon_rotary_rows_read_past_a_partial_block_are_contained() -> None:
     q, k, v, do, off, sinu = _inputs(128, torch.bfloat16, LENGTHS, seed=5)
-    clean = _gluon(q, k, v, do, off, sinu, True, chains)
+    clean = _gluon(q, k, v, do, off, sinu, True)
     # Sequence 2 starts at token 137: sequence 1's only block (100..136, n = 37) reads its rows.
     for t in (q, k, v, do, sinu):
         t[137:, ..., :64] = float("inf")
         t[137:, ..., 64:] = float("nan")
-    dirty = _gluon(q, k, v, do, off, sinu, True, chains)
+    dirty = _gluon(q, k, v, do, off, sinu, True)
     for name, a, b in zip(("dQ", "dK", "dV"), dirty, clean, strict=True):
         assert torch.equal(a[:137], b[:137]), f"{name}: poison past a partial block leaked in"
