@@ -154,22 +154,6 @@ def _emit(x, sin, cos, buf, desc, base, start, n, h, stride_t, stride_h, ROTATE:
 
 
 @gluon.jit
-def _put(x, sin, cos, base, start, n, h, stride_t, stride_h, ROTATE: gl.constexpr,
-         lay: gl.constexpr):
-    """A finished fp32 gradient (layout `lay`), rotated back (ROTATE), rounded and stored from
-    registers, rows < n: no staging buffer, so its shared memory takes the next tile's load
-    as soon as its MMAs are done."""
-    if ROTATE:
-        x = _rotate(x, sin, cos, True)
-    rows = gl.arange(0, x.shape[0], layout=gl.SliceLayout(1, lay))
-    cols = gl.arange(0, x.shape[1], layout=gl.SliceLayout(0, lay))
-    ptrs = (base + start.to(gl.int64) * stride_t + h * stride_h
-            + gl.expand_dims(rows * stride_t, 1) + gl.expand_dims(cols, 0))
-    mask = gl.expand_dims(rows < n, 1) & gl.expand_dims(cols < x.shape[1], 0)
-    gl.store(ptrs, x.to(base.dtype.element_ty), mask=mask)
-
-
-@gluon.jit
 def _bwd_rot_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, V, DQ, DK, DV,
                     SIN, tile_start, tile_len, n_tiles, stride_vt, stride_vh, stride_dqt,
                     stride_dqh, stride_dkt, stride_dkh, stride_dvt, stride_dvh, stride_st,
@@ -253,6 +237,7 @@ def _bwd_rot_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, 
             if n < BM:
                 _zero_rows(ab, n, r_lay)
                 _zero_rows(bb, n, r_lay)
+            tma.store_wait(pendings=0)  # the last tile's dK has left E
             _rotate_split(ab, eb, sin_r, cos_r, r_lay, n, False)  # q, while dP multiplies
             dp = warpgroup_mma_wait(0, deps=[dp])
             _rotate_split(bb, cb, sin_r, cos_r, r_lay, n, False)  # k: its lo over V's hi
@@ -268,32 +253,32 @@ def _bwd_rot_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, 
             dv = warpgroup_mma(hi_s.permute((1, 0)), db, dv, is_async=True)
             dshi, dslo = _split(ds, dtype)  # while dV multiplies
             dv = warpgroup_mma_wait(0, deps=[dv])
-            # dO's last reader is done: the next tile's dO lands while this one finishes
-            mbarrier.expect(bar_vo, 2 * do_desc.block_type.nbytes, pred=more)
-            tma.async_copy_global_to_shared(do_desc, [nrow, nx_h * HD], bar_vo, db, more)
             sin_o, cos_o = _table(SIN, start, n, stride_st, op_lay, BM, HD // 2)
             hi_s.store(dshi)
             lo_s.store(dslo)
             fence_async_shared()
-            _put(dv, sin_o, cos_o, DV, start, n, h, stride_dvt, stride_dvh, ROTATE_V, o_lay)
+            _emit(dv, sin_o, cos_o, db, dv_desc, DV, start, n, h, stride_dvt, stride_dvh,
+                  ROTATE_V, r_lay)  # dO is dead
             dq = warpgroup_mma(lo_s, bb, zo, use_acc=False, is_async=True)
             dq = warpgroup_mma(hi_s, cb, dq, is_async=True)
             dq = warpgroup_mma(hi_s, bb, dq, is_async=True)
             dq = warpgroup_mma_wait(0, deps=[dq])
-            # k's halves' last reader is done: the next k and V land in B and C
             mbarrier.expect(bar_qk, 2 * k_desc.block_type.nbytes, pred=more)
             tma.async_copy_global_to_shared(k_desc, [nrow, nx_h * HD], bar_qk, bb, more)
-            tma.async_copy_global_to_shared(v_desc, [nrow, nx_h * HD], bar_vo, cb, more)
             dk = warpgroup_mma(lo_s.permute((1, 0)), ab, zo, use_acc=False, is_async=True)
             dk = warpgroup_mma(hi_s.permute((1, 0)), eb, dk, is_async=True)
             dk = warpgroup_mma(hi_s.permute((1, 0)), ab, dk, is_async=True)
-            _put(dq * dscale, sin_o, cos_o, DQ, start, n, h, stride_dqt, stride_dqh, True,
-                 o_lay)  # while dK multiplies
+            _emit(dq * dscale, sin_o, cos_o, cb, dq_desc, DQ, start, n, h, stride_dqt,
+                  stride_dqh, True, r_lay)  # while dK multiplies; k's lo is dead
             dk = warpgroup_mma_wait(0, deps=[dk])
             tma.async_copy_global_to_shared(q_desc, [nrow, nx_h * HD], bar_qk, ab, more)
-            _put(dk * dscale, sin_o, cos_o, DK, start, n, h, stride_dkt, stride_dkh, True, o_lay)
+            tma.store_wait(pendings=0)  # dV's and dQ's stores have read D and C
+            _load_pair(v_desc, do_desc, nrow, nx_h * HD, bar_vo, cb, db, more)
+            _emit(dk * dscale, sin_o, cos_o, eb, dk_desc, DK, start, n, h, stride_dkt,
+                  stride_dkh, True, r_lay)
         else:
             mbarrier.wait(bar_qk, i & 1)
+            tma.store_wait(pendings=0)
             _load_pair(v_desc, do_desc, nrow, nx_h * HD, bar_vo, cb, db, more)
             _load_pair(k_desc, q_desc, nrow, nx_h * HD, bar_qk, bb, ab, more)
         start, n, h = nx_start, nx_n, nx_h
