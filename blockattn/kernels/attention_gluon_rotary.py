@@ -302,6 +302,17 @@ def unsupported(q: Tensor, sinu_pos: Tensor, block_size: int, centred: bool) -> 
 # ----------------------------------------------------------------------------- launcher
 
 PROGRAMS_PER_SM = 2  # 255 registers x 128 threads and ~100 KB of shared memory each at D = 128
+# Head dims where `auto` sends a fused-rotary backward here on sm_90 (dispatch.gluon_bwd):
+# measured faster than the portable rotary backward at both, on the H100 and the H200, with
+# rotate_v on and off (results/h200_2026-11-26f, results/h100_2026-11-26f).
+CONFIGS = (64, 128)
+# ptxas spills per thread accepted in a default config, {(dtype, head dim, rotate_v): bytes}
+# (compile-check gates the rest at 0 B). Measured: the variants that spilled less were slower
+# on the H200 at D = 128, rotate_v (24 B, the o-layout table loaded under dV's MMAs and its
+# offsets recomputed per tile: 5.35 against 4.95 ms; 0 B, the gradients stored from registers:
+# 6.31 against 4.96), so the fastest build keeps these (its reloads are loop invariants).
+ACCEPTED_SPILL_BYTES = {("bf16", 128, True): 40, ("fp16", 128, True): 24,
+                        ("bf16", 128, False): 4, ("fp16", 128, False): 4}
 
 
 def launch_bwd(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor,

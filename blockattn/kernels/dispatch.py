@@ -1,5 +1,6 @@
 """Which kernel path runs a launch: the portable kernels (`attention.py`), the opt-in Hopper
-TMA path (`attention_hopper.py`) or the Gluon backward (`attention_gluon.py`). It sits above
+TMA path (`attention_hopper.py`) or the Gluon backward (`attention_gluon.py`; fused rotary:
+`attention_gluon_rotary.py`). It sits above
 them, so no path imports another's launcher; ops, the bench and the tools launch through
 `attention_fwd` / `attention_bwd` here."""
 
@@ -47,14 +48,14 @@ def gluon_bwd(q: Tensor, sinu_pos: Tensor | None, block_size: int, centred: bool
     attention_gluon.configs() (CONFIGS and GPU_CONFIGS: entered where the device measured it
     faster) wherever it can run; attention_gluon.chains() then picks its one- or two-chain
     kernel (BLOCKATTN_GLUON_CHAINS overrides). A fused-rotary backward goes to
-    attention_gluon_rotary under gluon / prefer-gluon only: it has no measured default yet.
+    attention_gluon_rotary instead, by default for the head dims in its CONFIGS.
     Gluon has no interpreter: under TRITON_INTERPRET=1 it never runs (forced: an error).
     """
     want = _wanted()
     if want not in ("auto", "gluon", "prefer-gluon"):
         return False
-    if want == "auto" and (INTERPRET or G is None or sinu_pos is not None
-                           or q.shape[2] not in G.configs(q.device)):
+    if want == "auto" and (INTERPRET or G is None or q.shape[2] not in (
+            G.configs(q.device) if sinu_pos is None else GR.CONFIGS)):
         return False  # no measured config: skip the checks below on every launch
     if G is None:
         why = _NO_GLUON

@@ -21,6 +21,7 @@ import torch
 
 from blockattn.kernels import attention as A
 from blockattn.kernels import attention_gluon as G
+from blockattn.kernels import attention_gluon_rotary as GR
 from blockattn.kernels import compile_check, dispatch
 from blockattn.kernels.tiles import build_tile_table
 
@@ -118,6 +119,12 @@ def test_gluon_dispatch_modes(monkeypatch) -> None:
     if ON_SM90:
         monkeypatch.setattr(G, "GPU_CONFIGS", {torch.cuda.get_device_name(): {128: 1}})
         assert call()
+    # a fused-rotary backward: attention_gluon_rotary's head dims, whatever G's say
+    table = torch.empty(8, 128, device=DEVICE)
+    rot = lambda: dispatch.gluon_bwd(q, table, 64, True, (q,))
+    assert rot() == ON_SM90
+    monkeypatch.setattr(GR, "CONFIGS", ())
+    assert not rot()
 
 
 # ----------------------------------------------------------------------------- GPU: the kernel
