@@ -302,15 +302,18 @@ def unsupported(q: Tensor, sinu_pos: Tensor, block_size: int, centred: bool) -> 
 # ----------------------------------------------------------------------------- launcher
 
 PROGRAMS_PER_SM = 2  # 255 registers x 128 threads and ~100 KB of shared memory each at D = 128
-# Head dims where `auto` sends a fused-rotary backward here on sm_90 (dispatch.gluon_bwd):
-# measured faster than the portable rotary backward at both, on the H100 and the H200, with
-# rotate_v on and off (results/h200_2026-11-26f, results/h100_2026-11-26f).
-CONFIGS = (64, 128)
-# ptxas spills per thread accepted in a default config, {(dtype, head dim, rotate_v): bytes}
-# (compile-check gates the rest at 0 B). Measured: the variants that spilled less were slower
-# on the H200 at D = 128, rotate_v (24 B, the o-layout table loaded under dV's MMAs and its
-# offsets recomputed per tile: 5.35 against 4.95 ms; 0 B, the gradients stored from registers:
-# 6.31 against 4.96), so the fastest build keeps these (its reloads are loop invariants).
+# {dtype: head dims} where `auto` sends a fused-rotary backward here on sm_90
+# (dispatch.gluon_bwd): bf16, measured faster than the portable rotary backward at both head
+# dims on the H100 and the H200, rotate_v on and off (H200 D128 4.96 against 7.04 ms rotate_v,
+# 4.42 against 6.08 q/k only). Not fp16: there the portable kernel is as fast or faster (H200
+# D128 5.02 against 5.01 ms rotate_v, 4.89 against 4.46 q/k only; results/h200_2026-11-26f).
+CONFIGS: dict[torch.dtype, tuple[int, ...]] = {torch.bfloat16: (64, 128)}
+# ptxas spills per thread accepted, {(dtype, head dim, rotate_v): bytes}; compile-check gates
+# the rest at 0 B (the fp16 builds are opt-in: their budgets are what this build spills).
+# Measured: the bf16 variants that spilled less were slower on the H200 at D = 128, rotate_v
+# (24 B, the o-layout table loaded under dV's MMAs and its offsets recomputed per tile: 5.35
+# against 4.95 ms; 0 B, the gradients stored from registers: 6.31 against 4.96), so the
+# fastest build keeps these (what it reloads are loop invariants).
 ACCEPTED_SPILL_BYTES = {("bf16", 128, True): 40, ("fp16", 128, True): 24,
                         ("bf16", 128, False): 4, ("fp16", 128, False): 4}
 

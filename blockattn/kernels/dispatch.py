@@ -48,14 +48,14 @@ def gluon_bwd(q: Tensor, sinu_pos: Tensor | None, block_size: int, centred: bool
     attention_gluon.configs() (CONFIGS and GPU_CONFIGS: entered where the device measured it
     faster) wherever it can run; attention_gluon.chains() then picks its one- or two-chain
     kernel (BLOCKATTN_GLUON_CHAINS overrides). A fused-rotary backward goes to
-    attention_gluon_rotary instead, by default for the head dims in its CONFIGS.
+    attention_gluon_rotary instead, by default for the dtypes and head dims in its CONFIGS.
     Gluon has no interpreter: under TRITON_INTERPRET=1 it never runs (forced: an error).
     """
     want = _wanted()
     if want not in ("auto", "gluon", "prefer-gluon"):
         return False
     if want == "auto" and (INTERPRET or G is None or q.shape[2] not in (
-            G.configs(q.device) if sinu_pos is None else GR.CONFIGS)):
+            G.configs(q.device) if sinu_pos is None else GR.CONFIGS.get(q.dtype, ()))):
         return False  # no measured config: skip the checks below on every launch
     if G is None:
         why = _NO_GLUON

@@ -123,7 +123,9 @@ def test_gluon_dispatch_modes(monkeypatch) -> None:
     table = torch.empty(8, 128, device=DEVICE)
     rot = lambda: dispatch.gluon_bwd(q, table, 64, True, (q,))
     assert rot() == ON_SM90
-    monkeypatch.setattr(GR, "CONFIGS", ())
+    half = _meta(dtype=torch.float16)
+    assert not dispatch.gluon_bwd(half, table, 64, True, (half,))  # fp16: not measured faster
+    monkeypatch.setattr(GR, "CONFIGS", {})
     assert not rot()
 
 
