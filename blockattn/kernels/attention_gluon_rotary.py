@@ -1,8 +1,8 @@
-"""Hopper (sm_90) fused-rotary backward in Gluon: attention_gluon's two-chain backward with q, k
-(and V, rotate_v) rotated once per tile in registers and the gradients rotated back in the
-MMA accumulator's own layout.
+"""Hopper (sm_90) fused-rotary backward in Gluon: attention_gluon's backward design (TMA loads
+under mbarriers, persistent tiles) with q, k (and V, rotate_v) rotated once per tile in
+registers and the gradients rotated back in the MMA accumulator's own layout.
 
-Reads top-down: helpers, the kernel (a chain, then the CTA), eligibility, the launcher.
+Reads top-down: helpers, the kernel, eligibility, the launcher.
 
 Why (issue 23): the portable rotary backward took 1.9x the plain one (H100, D = 128). Its
 TTGIR converts layouts 21 times per tile: the sin/cos tables are loaded coalesced and moved to
@@ -22,22 +22,27 @@ rows (or, without rotate_v, the plain V minus its first row), dS = P (dP - Di) w
 twice, dV = P^T dO, dQ = dS K, dK = dS^T Q with P and dS as hi + lo, the MMAs of each product
 in _mma_split's order (lo terms first). fp16 splits dS at a power-of-two scale.
 
-Two chains per CTA (_bwd_rot_kernel_ws): two warpgroups under warp_specialize, each walking its
-own tiles in five (64, D) buffers and the P/dS pair (96 KB at D = 128; see _rot_consumer). A
-one-chain kernel with two input stages was measured and removed: on the H200 7.45 ms at 4 warps
-and 7.62 at 8 against 6.89 for two chains (D = 128, rotate_v), slower on the H100 too
-(results/h200_2026-11-26e/ab_f6db98d, results/h100_2026-11-26e/ab_3a9b329).
+One chain per CTA, two CTAs per SM (_bwd_rot_kernel, persistent over the tiles); the MMAs are
+issued asynchronously with the same tile's ALU work under them (q's rotation under dP, dS's
+split under dV, dQ's rotate-back and store under dK). Why one chain per CTA (issue 23,
+2026-11-26, results/h200_2026-11-26f): the two-chain kernel it replaced ran two warpgroups
+under warp_specialize, and each partition is its own copy of the code (10.6 k SASS
+instructions, ~170 KB): Nsight Compute put 33 % of its warp-stall samples on instruction
+fetch (no_inst). Two CTAs of one chain run one copy (5.2 k): 5 %, and the time fell from 6.66
+to 4.96 ms (H200, shape P, bf16, D = 128, rotate_v).
 
-Opt-in (BLOCKATTN_KERNEL_PATH=gluon or prefer-gluon), not a default: same-run A/B on an H200
-(results/h200_2026-11-26e/ab_f6db98d, shape P, bf16), two chains against the default rotary
-backward: D = 128 6.887 vs 6.973 ms (rotate_v) and 5.344 vs 6.014 (q/k only); D = 64 2.931 vs
-3.130 and 2.739 vs 2.894; the plain backward 2.84 / 1.67 ms, so fused rotary stays 2.4x / 1.8x
-plain. It is compute-bound (stage profile, results/h200_2026-11-26e/stages_ddc61a7: D = 128
-full 7.001 ms, compute-only 6.754, memory-only 2.821): its static SASS holds 1.70x the plain
-two-chain kernel's instructions (rotate_v; 1.55x q/k only) and issues at ~56 % of its rate,
-each warp scheduler holding two warps to hide the rotation and split chains. Reading each
-table once per layout and tile, ahead of the waits, took it from 9.43 to 6.89 ms
-(ab_af0da87 -> ab_f6db98d).
+The default fused-rotary backward on sm_90 in bf16 (CONFIGS; BLOCKATTN_KERNEL_PATH=gluon or
+prefer-gluon also sends fp16 here). Same-run A/B against the portable rotary backward, shape
+P, bf16, ms: H200 D = 128 4.96 vs 7.04 (rotate_v), 4.42 vs 6.08 (q/k only), D = 64 2.75 vs
+3.12, 2.56 vs 2.89; H100 D = 128 5.75 vs 7.00, 4.85 vs 6.14, D = 64 2.79 vs 3.28, 2.56 vs
+3.02. Fused rotary is still 1.6-1.8x the plain backward, not the issue's 1.35x. Stage profile
+(full / compute-only / memory-only, D = 128, rotate_v): this kernel on the H100 (5fab869) 5.87
+/ 4.45 / 3.75 ms against the plain 3.73 / 3.43 / 3.46; a close variant on the H200 (ac41322)
+5.40 / 4.56 / 2.85 against 2.79 / 2.24 / 2.42. Its compute alone outlasts the plain kernel:
+it executes 2.0x the plain kernel's instructions per tile (the rotation and hi/lo split of q,
+k, V and the rotate-back of three gradients that the accuracy rule asks for) at about the
+plain kernel's issue rate, and overlaps its loads less well (each input buffer is free only
+late in the tile).
 Gluon has no interpreter: off an sm_90 GPU this path never runs (dispatch falls back) and the
 CPU tests compile it ahead of time for sm_90.
 """

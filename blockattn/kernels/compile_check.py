@@ -19,8 +19,9 @@ by default (its CONFIGS are empty: it was measured slower everywhere). The Gluon
 sm_90 only, through GluonASTSource; it is a default path, so its spills are gated at 0 B, and the
 CTAs per SM its launch puts must fit. Its two-chain kernel (names ending "-gluon2": two warpgroups,
 the default at D = 128 on the H200) is gated the same way, at 1 CTA of 8 warps per SM. The Gluon
-fused-rotary backward (attention_gluon_rotary, "-rot-gluon2" and "-rot-qk-gluon2") is opt-in: it
-must build with MMAs, TMA and its CTA per SM; its spills are recorded, not gated.
+fused-rotary backward (attention_gluon_rotary, "-rot-gluon" and "-rot-qk-gluon": one chain, the
+bf16 default) must build with MMAs, TMA and its 2 CTAs per SM, and spill no more than its
+measured budget (attention_gluon_rotary.ACCEPTED_SPILL_BYTES; 0 B where it has none).
 
 The build must not see TRITON_INTERPRET=1: under it `@triton.jit` returns interpreter functions
 and `attention.INTERPRET` turns on the CPU shims. So the compiles always run in fresh worker

@@ -1,0 +1,83 @@
+"""Warp-stall samples per SASS instruction from Nsight Compute's source page
+(`ncu --import R.ncu-rep --page source --csv --print-source sass > R.sass.csv`, what
+benchmarks/gpu_rotary_overlap.sh writes): the share of each stall reason, samples and executions
+by opcode, and the instructions with most samples (index in the listing, share, executions,
+source, top reasons). Markdown-ish text on stdout.
+
+    python benchmarks/ncu_sass_stalls.py A.sass.csv [B.sass.csv ...] > stalls.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import csv
+from pathlib import Path
+
+_SAMPLES = "Warp Stall Sampling (All Samples)"
+_EXECUTED = "Instructions Executed"
+
+
+def load(path: Path) -> list[dict]:
+    """One dict per SASS instruction: src, samples, executed, stall {reason: samples}."""
+    with path.open() as f:
+        rows = list(csv.reader(f))
+    hdr = rows[1]  # row 0 names the kernel
+    idx = {h: i for i, h in enumerate(hdr)}
+    reasons = {h[len("stall_"):]: i for h, i in idx.items()
+               if h.startswith("stall_") and "Not Issued" not in h}
+    out = []
+    for r in rows[2:]:
+        if len(r) < len(hdr):
+            continue
+        out.append({"src": r[1].strip(), "samples": int(r[idx[_SAMPLES]] or 0),
+                    "executed": int(r[idx[_EXECUTED]] or 0),
+                    "stall": {k: int(r[i] or 0) for k, i in reasons.items()}})
+    return out
+
+
+def _opcode(src: str) -> str:
+    words = src.split()
+    if not words:
+        return "?"
+    op = words[1] if words[0].startswith("@") and len(words) > 1 else words[0]
+    return op.split(".")[0]
+
+
+def summary(path: Path, top: int) -> str:
+    ins = load(path)
+    total = sum(d["samples"] for d in ins) or 1
+    executed = sum(d["executed"] for d in ins) or 1
+    reasons: collections.Counter = collections.Counter()
+    for d in ins:
+        reasons.update(d["stall"])
+    lines = [f"## {path.name}: {len(ins)} SASS instructions, {total} samples, "
+             f"{executed} executed (warp-level)", "",
+             "stall reasons: " + ", ".join(f"{k} {100 * v / total:.1f} %"
+                                           for k, v in reasons.most_common(12)), ""]
+    by_op: collections.Counter = collections.Counter()
+    ex_op: collections.Counter = collections.Counter()
+    for d in ins:
+        by_op[_opcode(d["src"])] += d["samples"]
+        ex_op[_opcode(d["src"])] += d["executed"]
+    lines += ["by opcode (% of samples / % of executed): " + ", ".join(
+        f"{k} {100 * v / total:.1f}/{100 * ex_op[k] / executed:.1f}"
+        for k, v in by_op.most_common(25)), "", "```"]
+    for n, d in sorted(enumerate(ins), key=lambda x: -x[1]["samples"])[:top]:
+        st = sorted(d["stall"].items(), key=lambda x: -x[1])[:3]
+        lines.append(f"{n:5d} {100 * d['samples'] / total:5.2f} % x{d['executed']:7d} "
+                     f"{d['src'][:60]:60s} " + " ".join(f"{k}={v}" for k, v in st if v))
+    return "\n".join([*lines, "```", ""])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("files", nargs="+", type=Path)
+    args = ap.parse_args()
+    for p in args.files:
+        print(summary(p, args.top))
+
+
+if __name__ == "__main__":
+    main()
