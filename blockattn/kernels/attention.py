@@ -360,6 +360,12 @@ def launch_bwd(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor, table: TileTab
     _, H, D = q.shape
     dq, dk, dv = grads
     cfg = launch_config("bwd", sinu_pos is not None, D, q.dtype)
+    if chunks is None:
+        # The configs' column chunks were built and measured for 64-row tiles. At 128 rows the
+        # chunked fp16 rotate_v backward wrote NaN over all of dQ and dK on an H200 (triton 3.6;
+        # the interpreter was right) and the whole tile did not (results/h200_2026-11-26f):
+        # larger blocks take the whole tile.
+        chunks = cfg.chunks if block_rows(block_size) <= 64 else 1
     n_tiles = table.n_slots * H
     grid = _grid_size(n_tiles, q.device, cfg)
     if grid == 0:
@@ -374,7 +380,7 @@ def launch_bwd(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor, table: TileTab
         scale * LOG2E, scale,
         H=H, HEAD_DIM=D, BLOCK=block_rows(block_size),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, maxnreg=cfg.maxnreg,
-        PERSISTENT=grid < n_tiles, CHUNKS=cfg.chunks if chunks is None else chunks,
+        PERSISTENT=grid < n_tiles, CHUNKS=chunks,
         **_flags(q, sinu_pos, rotate_v, centred),
         **placement_flags("bwd", D, q.dtype, sinu_pos is not None, rotate_v),
     )  # fmt: skip

@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 from harness_helpers import TOL_DIR
-from hypothesis import given
+from hypothesis import example, given
 
 from blockattn.cases.spec import CaseSpec
 from blockattn.cases.strategies import case_specs
@@ -22,7 +22,17 @@ pytest.importorskip("oracles")
 TOL = tolerances.load(tolerances.latest_released(TOL_DIR, device=_TOL_DEVICE))
 
 
+# Drawn by this test on an H200 (2026-11-26): the chunked fp16 rotate_v backward at 128-row tiles
+# wrote NaN over all of dQ and dK, a GPU-only fault (the interpreter was right); fixed by giving
+# blocks over 64 rows the whole-tile backward (attention.launch_bwd). Pinned: every run tries it.
+_FP16_ROTARY_BS128 = CaseSpec.from_dict({
+    "seed": 0, "variant": "rotary", "B": 4, "max_len": 256, "sparsity": 0.5, "lengths": [63],
+    "H": 1, "D": 128, "dtype": "float16", "distribution": "normal", "scale": None,
+    "rotate_v": True, "kvheads": None, "block_size": 128, "source": "fuzz", "name": ""})
+
+
 @given(spec=case_specs())
+@example(spec=_FP16_ROTARY_BS128)
 def test_kernel_matches_oracle_on_fuzzed_cases(spec: CaseSpec) -> None:
     rec = evaluate_case(spec, ["blockattn", "eager"], "blockattn", "eager", tol=TOL)
     v = verdict.evaluate(rec, TOL)
