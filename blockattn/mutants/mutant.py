@@ -17,8 +17,8 @@ PREFER_HOPPER = (("BLOCKATTN_KERNEL_PATH", "prefer-hopper"),)
 PORTABLE = (("BLOCKATTN_KERNEL_PATH", "portable"),)
 GLUON = "kernels/attention_gluon.py"  # the Gluon backward (sm_90 only: no interpreter)
 PREFER_GLUON = (("BLOCKATTN_KERNEL_PATH", "prefer-gluon"),)
-# The opt-in Gluon fused-rotary backward: prefer-gluon sends the gate's rotary backwards to it;
-# its own GPU tests call it directly.
+# The Gluon fused-rotary backward (the bf16 default on sm_90): prefer-gluon sends every gate
+# rotary backward it can run to it (fp16 too); its own GPU tests call it directly.
 GLUON_ROTARY = "kernels/attention_gluon_rotary.py"
 GLUON_ROTARY_TESTS = ("tests/kernels/test_gluon_rotary.py",)
 # Force the Gluon path's one-chain kernel (_bwd_kernel) or its two-chain kernel (_consumer)
