@@ -86,13 +86,9 @@ if [ "$phase" = r ]; then
   [ -f .ab/a/attention_gluon_rotary.py ] && a_arg=(--a .ab/a)
   step ab timeout 200 python3 benchmarks/ab_gluon_rotary.py --out "$r/ab" --rounds 3 --rep-ms 100 \
     "${a_arg[@]}"
-  muts=()
-  for m in $(python3 -c "from blockattn.mutants import catalog
-print(' '.join(m.name for m in catalog.MUTANTS if m.file.endswith('attention_gluon_rotary.py')))"); do
-    muts+=(--mutant "$m")
-  done
-  step mutants timeout 420 python3 -m blockattn mutants "${muts[@]}" --jobs 7 --tolerances v5 \
-    --baseline ci/baselines/h200/report.json --out "$r/mutants"
+  # shellcheck disable=SC2046  # one word per argument
+  step mutants timeout 420 python3 -m blockattn mutants $(mutant_args_for attention_gluon_rotary.py) \
+    --jobs 7 --tolerances v5 --baseline ci/baselines/h200/report.json --out "$r/mutants"
   step stages timeout 150 python3 benchmarks/stage_profile.py --out "$r/stages" --path prefer-gluon \
     --head-dims 128,64
 fi

@@ -27,12 +27,9 @@ if [ "$phase" = m ]; then
     --rep-ms 100 --dtypes fp16
 fi
 if [ "$phase" = r ]; then
-  muts=()
-  for m in $(python3 -c "from blockattn.mutants import catalog
-print(' '.join(m.name for m in catalog.MUTANTS if m.file.endswith('attention_gluon_rotary.py')))"); do
-    muts+=(--mutant "$m")
-  done
-  step mutants timeout 300 python3 -m blockattn mutants "${muts[@]}" --jobs 7 --tolerances v5 \
+  # shellcheck disable=SC2046  # one word per argument
+  step mutants timeout 300 python3 -m blockattn mutants $(mutant_args_for attention_gluon_rotary.py) \
+    --jobs 7 --tolerances v5 \
     --baseline "$baseline" --out "$r/mutants"
   step false_alarms timeout 200 python3 -m blockattn false-alarms --tolerances v5 --seeds 8 \
     --fuzz 2 --every-distribution --profile gpu --out "$r/false_alarms" --no-progress

@@ -39,3 +39,8 @@ suite() {  # suite BASELINE: the GPU tier, then checks BASELINE
   step pytest_gpu timeout 420 python3 -m pytest -n 12 -m "not slow" -q -p no:cacheprovider
   checks "$1"
 }
+mutant_args_for() {  # mutant_args_for FILE: "--mutant NAME" for each catalog mutant planted in FILE
+  python3 -c "import sys
+from blockattn.mutants import catalog
+print(' '.join('--mutant ' + m.name for m in catalog.MUTANTS if m.file.endswith(sys.argv[1])))" "$1"
+}
