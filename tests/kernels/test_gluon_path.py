@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from split_bound import split_operand_violations
 
 from blockattn.kernels import attention as A
 from blockattn.kernels import attention_gluon as G
@@ -153,29 +154,6 @@ def _gluon(q, k, v, do, off, chains: int | None = None) -> tuple[torch.Tensor, .
 CHAINS = pytest.mark.parametrize("chains", [1, 2], ids=["1-chain", "2-chains"])
 
 
-def _violations(q, k, v, do, off, got) -> dict[str, int]:
-    import oracles
-    from blockattn.bounds import models
-    from blockattn.bounds.elementwise import TokenMap, elementwise_metrics
-    from blockattn.judge import tolerances
-    from oracles import error_bound
-
-    name = "fp32-split-operands"
-    tol = tolerances.load(tolerances.default_tolerance_dir() / "v5.toml")
-    model = models.parse(name, tol.data["models"][name], name)
-    dt = "bfloat16" if q.dtype == torch.bfloat16 else "float16"
-    ref = oracles.block_attention_backward(q, k, v, off, do, block_size=64)
-    (bnd,) = error_bound.attention_error_bounds(q, k, v, off, do, models=[model.resolve(dt)],
-                                               block_size=64)
-    tmap = TokenMap(off, q.shape[0], 64, q.device)
-    out = {}
-    for nm, y, r in zip(("dQ", "dK", "dV"), got, ref, strict=True):
-        assert bool(torch.isfinite(y).all()), f"{nm}: unwritten (NaN) or non-finite elements"
-        m = elementwise_metrics(y, r, dt, bound=bnd[nm], c=model.c, tmap=tmap)
-        out[nm] = m["bound"]["violations"]
-    return out
-
-
 @gpu_only
 @pytest.mark.parametrize("dtype,D", [(torch.bfloat16, 128), (torch.bfloat16, 64),
                                      (torch.float16, 128), (torch.float16, 64)],
@@ -185,7 +163,7 @@ def test_gluon_inside_the_bound_and_equal_to_portable(dtype, D, chains) -> None:
     q, k, v, do, off = _inputs(D, dtype, LENGTHS, seed=11)
     before = [t.clone() for t in (q, k, v, do)]
     got = _gluon(q, k, v, do, off, chains)
-    assert _violations(q, k, v, do, off, got) == {"dQ": 0, "dK": 0, "dV": 0}
+    assert split_operand_violations(q, k, v, do, off, got) == {"dQ": 0, "dK": 0, "dV": 0}
     ref = tuple(torch.full_like(q, float("nan")) for _ in range(3))
     A.launch_bwd(q, k, v, do, build_tile_table(off, q.shape[0], 64), None, D ** -0.5, 64, True,
                  ref)
@@ -208,7 +186,7 @@ def test_gluon_persistent_loop_many_tiles(chains, D) -> None:
     lengths = torch.randint(0, 700, (128,), generator=g).tolist()
     q, k, v, do, off = _inputs(D, torch.bfloat16, lengths, seed=12)
     got = _gluon(q, k, v, do, off, chains)
-    assert _violations(q, k, v, do, off, got) == {"dQ": 0, "dK": 0, "dV": 0}
+    assert split_operand_violations(q, k, v, do, off, got) == {"dQ": 0, "dK": 0, "dV": 0}
 
 
 @gpu_only

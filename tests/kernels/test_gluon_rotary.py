@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from split_bound import split_operand_violations
 
 from blockattn.bounds.elementwise import elements_apart
 from blockattn.cases.generate import make_sinu_pos
@@ -58,29 +59,6 @@ def _gluon(q, k, v, do, off, sinu, rotate_v) -> tuple[torch.Tensor, ...]:
     return GR.launch_bwd(q, k, v, do, grads, table, sinu, q.shape[2] ** -0.5, rotate_v)
 
 
-def _violations(q, k, v, do, off, sinu, rotate_v, got) -> dict[str, int]:
-    import oracles
-    from blockattn.bounds import models
-    from blockattn.bounds.elementwise import TokenMap, elementwise_metrics
-    from blockattn.judge import tolerances
-    from oracles import error_bound
-
-    name = "fp32-split-operands"
-    tol = tolerances.load(tolerances.default_tolerance_dir() / "v5.toml")
-    model = models.parse(name, tol.data["models"][name], name)
-    dt = "bfloat16" if q.dtype == torch.bfloat16 else "float16"
-    ref = oracles.rotary_block_attention_backward(q, k, v, off, sinu, do, rotate_v=rotate_v)
-    (bnd,) = error_bound.attention_error_bounds(q, k, v, off, do, models=[model.resolve(dt)],
-                                               sinu_pos=sinu, rotate_v=rotate_v, block_size=64)
-    tmap = TokenMap(off, q.shape[0], 64, q.device)
-    out = {}
-    for nm, y, r in zip(("dQ", "dK", "dV"), got, ref, strict=True):
-        assert bool(torch.isfinite(y).all()), f"{nm}: unwritten (NaN) or non-finite elements"
-        m = elementwise_metrics(y, r, dt, bound=bnd[nm], c=model.c, tmap=tmap)
-        out[nm] = m["bound"]["violations"]
-    return out
-
-
 @gpu_only
 @pytest.mark.parametrize("dtype,D", [(torch.bfloat16, 128), (torch.bfloat16, 64),
                                      (torch.float16, 128), (torch.float16, 64)],
@@ -90,7 +68,8 @@ def test_gluon_rotary_inside_the_bound_and_near_portable(dtype, D, rotate_v) -> 
     q, k, v, do, off, sinu = _inputs(D, dtype, LENGTHS, seed=11)
     before = [t.clone() for t in (q, k, v, do, sinu)]
     got = _gluon(q, k, v, do, off, sinu, rotate_v)
-    assert _violations(q, k, v, do, off, sinu, rotate_v, got) == {"dQ": 0, "dK": 0, "dV": 0}
+    assert split_operand_violations(q, k, v, do, off, got, sinu, rotate_v) == dict.fromkeys(
+        ("dQ", "dK", "dV"), 0)
     ref = tuple(torch.full_like(q, float("nan")) for _ in range(3))
     A.launch_bwd(q, k, v, do, build_tile_table(off, q.shape[0], 64), sinu, D ** -0.5, 64,
                  rotate_v, ref)
@@ -110,7 +89,8 @@ def test_gluon_rotary_persistent_loop_many_tiles(D) -> None:
     lengths = torch.randint(0, 700, (128,), generator=g).tolist()
     q, k, v, do, off, sinu = _inputs(D, torch.bfloat16, lengths, seed=12)
     got = _gluon(q, k, v, do, off, sinu, True)
-    assert _violations(q, k, v, do, off, sinu, True, got) == {"dQ": 0, "dK": 0, "dV": 0}
+    assert split_operand_violations(q, k, v, do, off, got, sinu, True) == dict.fromkeys(
+        ("dQ", "dK", "dV"), 0)
 
 
 @gpu_only
