@@ -70,8 +70,8 @@ from blockattn.kernels.attention_gluon import (
     _load_pair,
     _pow2_scale,
     _probs_and_ds,
+    _put,
     _split,
-    _store_rows,
     _tile_at,
     _zero_rows,
 )
@@ -146,16 +146,11 @@ def _scores_to_ds(q_hi, q_lo, k_hi, k_lo, dp, n, qk_scale, sm_scale, s_lay: gl.c
 @gluon.jit
 def _emit(x, sin, cos, buf, desc, base, start, n, h, stride_t, stride_h, ROTATE: gl.constexpr,
           r_lay: gl.constexpr):
-    """A finished fp32 gradient, rotated back (ROTATE) in its own layout, rounded, staged in
-    `buf` and stored: by TMA for a full tile, by masked rows for a partial one."""
+    """A finished fp32 gradient, rotated back (ROTATE) in its own layout, rounded and stored
+    through `buf` (attention_gluon._put: TMA for a full tile, masked rows for a partial one)."""
     if ROTATE:
         x = _rotate(x, sin, cos, True)
-    buf.store(x.to(buf.dtype))
-    fence_async_shared()
-    if n == buf.shape[0]:
-        tma.async_copy_shared_to_global(desc, [start.to(gl.int32), h * buf.shape[1]], buf)
-    else:
-        _store_rows(base, buf, start, n, h, stride_t, stride_h, r_lay)
+    _put(x.to(buf.dtype), buf, desc, base, start, n, h, stride_t, stride_h, r_lay)
 
 
 @gluon.jit
