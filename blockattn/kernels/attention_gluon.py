@@ -521,23 +521,31 @@ def _desc(t: Tensor, lay) -> TensorDescriptor:
     return TensorDescriptor(t, [T, H * D], [t.stride(0), 1], [BLOCK, D], lay)
 
 
+def launch_operands(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor,
+                    grads: tuple[Tensor, Tensor, Tensor]) -> tuple[tuple, tuple]:
+    """The Gluon backward kernels' leading arguments, shared with attention_gluon_rotary:
+    (TMA descriptors of q, k, v, dO, dQ, dK, dV, then V, DQ, DK, DV), and the row and head
+    strides of V, DQ, DK, DV."""
+    dq, dk, dv = grads
+    dtype = gl.bfloat16 if q.dtype == torch.bfloat16 else gl.float16
+    lay = gl.NVMMASharedLayout.get_default_for([BLOCK, q.shape[2]], dtype)
+    tensors = (*(_desc(t, lay) for t in (q, k, v, grad_out, dq, dk, dv)), v, dq, dk, dv)
+    strides = tuple(s for t in (v, dq, dk, dv) for s in (t.stride(0), t.stride(1)))
+    return tensors, strides
+
+
 def launch_bwd(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor,
                grads: tuple[Tensor, Tensor, Tensor], table: TileTable,
                scale: float, n_chains: int | None = None) -> tuple[Tensor, Tensor, Tensor]:
     """(dq, dk, dv) into `grads`; inputs are eligible (see dispatch.gluon_bwd). `n_chains`
     (1 or 2) overrides chains(device), the measured default."""
     T, H, D = q.shape
-    dq, dk, dv = grads
     n_tiles = table.n_slots * H
     if n_tiles == 0 or T == 0:  # nothing to write (a TMA box needs rows)
-        return dq, dk, dv
-    dtype = gl.bfloat16 if q.dtype == torch.bfloat16 else gl.float16
-    lay = gl.NVMMASharedLayout.get_default_for([BLOCK, D], dtype)
+        return grads
     sms = torch.cuda.get_device_properties(q.device).multi_processor_count
-    args = (*(_desc(t, lay) for t in (q, k, v, grad_out, dq, dk, dv)), v, dq, dk, dv,
-            table.start, table.length, n_tiles, v.stride(0), v.stride(1), dq.stride(0),
-            dq.stride(1), dk.stride(0), dk.stride(1), dv.stride(0), dv.stride(1),
-            scale * LOG2E, scale)
+    tensors, strides = launch_operands(q, k, v, grad_out, grads)
+    args = (*tensors, table.start, table.length, n_tiles, *strides, scale * LOG2E, scale)
     bf16 = q.dtype == torch.bfloat16
     if (n_chains if n_chains is not None else chains(q.device).get(D, 1)) == 2:
         grid = min((n_tiles + 1) // 2, sms)
@@ -545,6 +553,6 @@ def launch_bwd(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor,
     else:
         grid = min(n_tiles, sms * configs(q.device).get(D, PROGRAMS_PER_SM[D]))
         _bwd_kernel[(grid,)](*args, H=H, IS_BF16=bf16, num_warps=4)
-    return dq, dk, dv
+    return grads
 
 

@@ -63,10 +63,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 
 from blockattn.kernels import attention_gluon as G
 from blockattn.kernels.attention_gluon import (
-    BLOCK,
     LOG2E,
     _centred_split,
-    _desc,
     _load_pair,
     _pow2_scale,
     _probs_and_ds,
@@ -322,18 +320,14 @@ def launch_bwd(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor,
                grads: tuple[Tensor, Tensor, Tensor], table: TileTable, sinu_pos: Tensor,
                scale: float, rotate_v: bool) -> tuple[Tensor, Tensor, Tensor]:
     """(dq, dk, dv) w.r.t. the un-rotated q, k, v into `grads`; inputs are eligible."""
-    T, H, D = q.shape
-    dq, dk, dv = grads
+    T, H, _ = q.shape
     n_tiles = table.n_slots * H
     if n_tiles == 0 or T == 0:  # nothing to write (a TMA box needs rows)
-        return dq, dk, dv
-    dtype = gl.bfloat16 if q.dtype == torch.bfloat16 else gl.float16
-    lay = gl.NVMMASharedLayout.get_default_for([BLOCK, D], dtype)
+        return grads
     sms = torch.cuda.get_device_properties(q.device).multi_processor_count
-    args = (*(_desc(t, lay) for t in (q, k, v, grad_out, dq, dk, dv)), v, dq, dk, dv, sinu_pos,
-            table.start, table.length, n_tiles, v.stride(0), v.stride(1), dq.stride(0),
-            dq.stride(1), dk.stride(0), dk.stride(1), dv.stride(0), dv.stride(1),
-            sinu_pos.stride(0), scale * LOG2E, scale)
+    tensors, strides = G.launch_operands(q, k, v, grad_out, grads)
+    args = (*tensors, sinu_pos, table.start, table.length, n_tiles, *strides, sinu_pos.stride(0),
+            scale * LOG2E, scale)
     _bwd_rot_kernel[(min(n_tiles, PROGRAMS_PER_SM * sms),)](
         *args, H=H, IS_BF16=q.dtype == torch.bfloat16, ROTATE_V=rotate_v, num_warps=4)
-    return dq, dk, dv
+    return grads
