@@ -203,17 +203,20 @@ def run_mutants(
         # the first that fails is the one reported.
         envs = sorted({(), *(m.env for m in runnable)})
         # ... and runs every test a selected mutant relies on (they must pass unmodified), once:
-        # they judge the judge, whatever the kernel path.
+        # they judge the judge, whatever the kernel path. The environments run side by side
+        # (in series, six cold-cache runs of the tier outlasted a 330 s GPU call: H200,
+        # results/h200_2026-11-26f/bench_fp16ab_08dbf7c); the first failing one, in `envs`
+        # order, is the one reported.
         tests = sorted({t for m in runnable for t in m.tests})
-        for env in envs:
-            ctrl = _run_one(None, {**plan, "keep_going": True, "tests": [] if env else tests},
-                            timeout_s, env)
-            if ctrl.status != "passed":
-                break
-        else:
-            if len(envs) > 1:  # all passed: one outcome that names every environment
-                extra = "; ".join(_env_text(e) for e in envs[1:])
-                ctrl.name = f"control (unmodified, by default and under {extra})"
+        with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(envs)))) as ex:
+            ctrls = list(ex.map(lambda env: _run_one(
+                None, {**plan, "keep_going": True, "tests": [] if env else tests}, timeout_s,
+                env), envs))
+        ctrl = next((c for c in ctrls if c.status != "passed"), ctrls[0])
+        if ctrl.status == "passed" and len(envs) > 1:  # one outcome that names every env
+            extra = "; ".join(_env_text(e) for e in envs[1:])
+            ctrl.name = f"control (unmodified, by default and under {extra})"
+            ctrl.seconds = max(c.seconds for c in ctrls)
         if on_outcome is not None and ctrl is not None:
             on_outcome(ctrl, True)
     ran = {m.name: done[m.name] for m in runnable if m.name in done}

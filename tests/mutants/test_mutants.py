@@ -251,3 +251,34 @@ def test_interrupted_run_resumes_from_its_journal(
     assert "differs in mutants" in capsys.readouterr().err
     assert cli.main(["mutants", "--mutant", names[0], "--resume"]) != 0
     assert "--resume needs --out" in capsys.readouterr().err
+
+
+def test_control_environments_run_side_by_side_and_the_first_failure_is_reported(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The control's runs (one per environment the selected mutants need) overlap when jobs
+    allow: in series, six cold runs outlasted a GPU call. A failing environment is reported
+    even when an earlier-finishing one passed, the first in environment order."""
+    import threading
+
+    gluon = [m for m in catalog.MUTANTS if m.env]
+    envs = sorted({(), *(m.env for m in gluon)})
+    assert len(envs) >= 3
+    barrier = threading.Barrier(len(envs), timeout=20)  # broken unless all are in flight at once
+    bad = {envs[2], envs[-1]}
+
+    def fake_run_one(m, plan, timeout_s, control_env=()):
+        if m is not None:
+            return runner.Outcome(m.name, m.group, m.description, "killed", kind="numeric")
+        barrier.wait()
+        status = "killed" if control_env in bad else "passed"
+        return runner.Outcome(f"control {control_env}", "-", "no mutation", status)
+
+    monkeypatch.setattr(runner, "_run_one", fake_run_one)
+    monkeypatch.setattr(runner, "on_sm90", lambda: True)
+    ctrl, outs = runner.run_mutants(gluon, {}, jobs=len(envs))
+    assert ctrl is not None and ctrl.status == "killed" and ctrl.name == f"control {envs[2]}"
+    assert [o.status for o in outs] == ["killed"] * len(gluon)
+    barrier.reset()
+    bad.clear()
+    ctrl, _ = runner.run_mutants(gluon, {}, jobs=len(envs))
+    assert ctrl.status == "passed" and ctrl.name.startswith("control (unmodified, by default")
