@@ -1,0 +1,74 @@
+"""Medians over several `blockattn bench` runs of one call (same GPU): per (case, provider,
+pass), the runs' ms, their median, the median's % of the median copy ceiling, and for the
+fused-rotary provider its median bwd over the plain provider's median bwd (same run set).
+
+    python benchmarks/bench_medians.py RUN_DIR... > medians.md   (each RUN_DIR has bench.json)
+
+A run whose bench.json is missing, of another GPU kind, or that errored is an error here (no
+median over fewer runs than asked)."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from pathlib import Path
+
+
+def main(dirs: list[str]) -> int:
+    if len(dirs) < 2:
+        print("usage: bench_medians.py RUN_DIR RUN_DIR [...]", file=sys.stderr)
+        return 2
+    runs = []
+    for d in dirs:
+        p = Path(d, "bench.json")
+        if not p.is_file():
+            print(f"bench_medians: {p} is missing", file=sys.stderr)
+            return 1
+        runs.append(json.loads(p.read_text()))
+    kinds = {r["meta"]["gpu_kind"] for r in runs}
+    if len(kinds) != 1:
+        print(f"bench_medians: runs of different GPU kinds {sorted(kinds)}", file=sys.stderr)
+        return 1
+    bad = [d for d, r in zip(dirs, runs, strict=True) if r.get("errors")]
+    if bad:
+        print(f"bench_medians: runs with errors: {bad}", file=sys.stderr)
+        return 1
+    tbps = [r["ceiling"]["tbps"] for r in runs]
+    ceiling = statistics.median(tbps)
+    rows: dict[tuple, list] = {}
+    nbytes: dict[tuple, int] = {}
+    for r in runs:
+        for m in r["measurements"]:
+            if m.get("status") != "ok" or m.get("group") != "main":
+                continue
+            key = (m["case"], m["provider"], m["pass"])
+            rows.setdefault(key, []).append(m["ms"])
+            nbytes[key] = m["bytes"]
+    meta = runs[0]["meta"]
+    print(f"{meta['gpu']} ({meta['gpu_kind']}), commit {meta['git']['commit']}, "
+          f"{len(runs)} runs; copy ceilings TB/s: {[round(t, 3) for t in tbps]}\n")
+    print("| case | provider | pass | ms per run | median ms | % of median ceiling |")
+    print("|---|---|---|---|---:|---:|")
+    med = {}
+    for key in sorted(rows):
+        ms = rows[key]
+        if len(ms) != len(runs):
+            print(f"bench_medians: {key} measured in {len(ms)} of {len(runs)} runs",
+                  file=sys.stderr)
+            return 1
+        med[key] = statistics.median(ms)
+        pct = 100 * nbytes[key] / (med[key] * 1e-3) / (ceiling * 1e12)
+        print(f"| {' | '.join(key)} | {' / '.join(f'{x:.3f}' for x in ms)} | "
+              f"{med[key]:.3f} | {pct:.1f} |")
+    ratios = [(c, med[(c, "blockattn_rotary", "bwd")] / med[(c, "blockattn", "bwd")])
+              for (c, p, s) in sorted(med) if p == "blockattn_rotary" and s == "bwd"
+              and (c, "blockattn", "bwd") in med]
+    if ratios:
+        print("\nfused rotary bwd / plain bwd (medians): "
+              + ", ".join(f"{c} {x:.2f}x" for c, x in ratios))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
