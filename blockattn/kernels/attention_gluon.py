@@ -137,8 +137,11 @@ def _store_rows(base, buf, start, n, h, stride_t, stride_h, lay: gl.constexpr):
     x = buf.load(lay)
     rows = gl.arange(0, x.shape[0], layout=gl.SliceLayout(1, lay))
     cols = gl.arange(0, x.shape[1], layout=gl.SliceLayout(0, lay))
+    # min(rows, n - 1) (rows >= n are masked): varies per tile, so the compiler does not hoist
+    # these offsets out of the tile loop into registers held across it (they spilled)
+    offs = gl.minimum(rows, n - 1) * stride_t
     ptrs = (base + start.to(gl.int64) * stride_t + h * stride_h
-            + gl.expand_dims(rows * stride_t, 1) + gl.expand_dims(cols, 0))
+            + gl.expand_dims(offs, 1) + gl.expand_dims(cols, 0))
     mask = gl.expand_dims(rows < n, 1) & gl.expand_dims(cols < x.shape[1], 0)
     gl.store(ptrs, x, mask=mask)
 

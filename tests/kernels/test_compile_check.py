@@ -142,3 +142,19 @@ def test_full_matrix_passes() -> None:
     bad = [f"{r.variant} {r.target}: {r.error or '; '.join(r.failures)}" for r in results
            if not r.ok]
     assert not bad, "\n".join(bad)
+
+
+def test_gluon_backward_builds_spill_free() -> None:
+    """Every Gluon backward build (plain one and two chains, fused rotary with and without
+    rotate_v, bf16 and fp16, D = 64 and 128) spills 0 B on sm_90 with no budget: the rotary
+    D = 128 builds spilled 4-40 B until their hoisted row offsets and dV's rotate-back were
+    moved (attention_gluon_rotary.ACCEPTED_SPILL_BYTES). A kernel edit that brings spills back
+    fails here on CPU, before a GPU run."""
+    from blockattn.kernels import attention_gluon_rotary as GR
+
+    assert GR.ACCEPTED_SPILL_BYTES == {}
+    results = cc.run_check(cc.select_variants("bwd-*-gluon*"), targets=["sm_90"], jobs=2)
+    assert len(results) == 16
+    for r in results:
+        assert r.error is None, f"{r.variant}: {r.error}"
+        assert (r.spill_stores, r.spill_loads, r.accepted_spill_bytes) == (0, 0, 0), r
