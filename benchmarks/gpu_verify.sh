@@ -26,7 +26,7 @@ if [ "$phase" = m ]; then
   step mutants timeout 420 python3 -m blockattn mutants --jobs 14 --tolerances v5 \
     --baseline "$3" --out "$r/mutants"
   tail -8 "$r/mutants/mutants.md" 2>/dev/null
-  step false_alarms timeout 150 python3 -m blockattn false-alarms --tolerances v5 --seeds 8 \
+  step false_alarms timeout 230 python3 -m blockattn false-alarms --tolerances v5 --seeds 8 \
     --fuzz 2 --every-distribution --profile gpu --out "$r/false_alarms" --no-progress
 fi
 finish_run
