@@ -44,7 +44,11 @@ def main() -> int:
         return built["kernel"]
 
     cc._build = keep
-    variants = cc.select_variants(args.variant)
+    try:
+        variants = cc.select_variants(args.variant)
+    except ValueError as exc:  # no variant matches
+        print(f"sass_lines: {exc}", file=sys.stderr)
+        return 2
     if len(variants) != 1:
         print(f"sass_lines: {args.variant!r} names {len(variants)} variants, not 1",
               file=sys.stderr)
