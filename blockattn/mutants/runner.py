@@ -205,8 +205,7 @@ def run_mutants(
         # ... and runs every test a selected mutant relies on (they must pass unmodified), once:
         # they judge the judge, whatever the kernel path. The environments run side by side
         # (in series, six cold-cache runs of the tier outlasted a 330 s GPU call: H200,
-        # results/h200_2026-11-26f/bench_fp16ab_08dbf7c); the first failing one, in `envs`
-        # order, is the one reported.
+        # results/h200_2026-11-26f/bench_fp16ab_08dbf7c); "first" is in `envs` order.
         tests = sorted({t for m in runnable for t in m.tests})
         with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(envs)))) as ex:
             ctrls = list(ex.map(lambda env: _run_one(
