@@ -1,8 +1,8 @@
 """What the same-run timing scripts under benchmarks/ share: the elementwise comparison of a
 variant's output with the reference's (blockattn.bounds.elementwise.elements_apart, the rule the
-kernel tests use too), and the JSON they write (device, commit, copy ceiling,
-command, rows). Imported as a sibling module (`python benchmarks/<script>.py` puts this folder
-first on sys.path)."""
+kernel tests use too), the JSON they write (device, commit, copy ceiling, command, rows), and
+loading another commit's copy of a kernel module. Imported as a sibling module
+(`python benchmarks/<script>.py` puts this folder first on sys.path)."""
 
 from __future__ import annotations
 
@@ -24,3 +24,14 @@ def write_rows(out: Path, script: str, ceiling: dict[str, Any], rows: list[dict]
     path = out / f"{script}.json"
     path.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     return path
+
+
+def load_module(folder: Path, file: str, name: str):
+    """folder/file (e.g. another commit's attention_gluon_rotary.py) as module `name`; its own
+    imports of blockattn resolve to this checkout's package."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, Path(folder) / file)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod

@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 
 import torch
-from ab_common import elements_apart, write_rows
+from ab_common import elements_apart, load_module, write_rows
 
 
 def main() -> int:
@@ -49,12 +49,8 @@ def main() -> int:
     os.environ.pop("BLOCKATTN_KERNEL_PATH", None)
     others = {}
     for d in args.a:
-        import importlib.util
         name = "a_rot" if len(args.a) == 1 else f"a_rot:{d.name}"
-        spec = importlib.util.spec_from_file_location(f"gluon_rotary_{len(others)}",
-                                                      d / "attention_gluon_rotary.py")
-        others[name] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(others[name])
+        others[name] = load_module(d, "attention_gluon_rotary.py", f"gluon_rotary_{len(others)}")
     dev = torch.device("cuda")
     ceiling = copy_ceiling(4 << 30, 25, args.rep_ms, False)
     dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16}

@@ -29,12 +29,9 @@ def _module(rest: list[str]):
     if not rest or rest[0].startswith("--"):
         from blockattn.kernels import attention_gluon_rotary
         return attention_gluon_rotary
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("gluon_rotary_other",
-                                                  f"{rest[0]}/attention_gluon_rotary.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    from ab_common import load_module  # a sibling (this folder is first on sys.path)
+
+    return load_module(rest[0], "attention_gluon_rotary.py", "gluon_rotary_other")
 
 
 def main() -> None:
