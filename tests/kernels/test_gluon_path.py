@@ -121,11 +121,11 @@ def test_gluon_dispatch_modes(monkeypatch) -> None:
         monkeypatch.setattr(G, "GPU_CONFIGS", {torch.cuda.get_device_name(): {128: 1}})
         assert call()
     # a fused-rotary backward: attention_gluon_rotary's head dims, whatever G's say
-    table = torch.empty(8, 128, device=DEVICE)
-    rot = lambda: dispatch.gluon_bwd(q, table, 64, True, (q,))
+    sinu_pos = torch.empty(8, 128, device=DEVICE)
+    rot = lambda: dispatch.gluon_bwd(q, sinu_pos, 64, True, (q,))
     assert rot() == ON_SM90
     half = _meta(dtype=torch.float16)
-    assert not dispatch.gluon_bwd(half, table, 64, True, (half,))  # fp16: not measured faster
+    assert not dispatch.gluon_bwd(half, sinu_pos, 64, True, (half,))  # fp16: not measured faster
     monkeypatch.setattr(GR, "CONFIGS", {})
     assert not rot()
 
