@@ -17,6 +17,10 @@ kernel's (tests/kernels/test_gluon_path.py checks it on the GPU):
 - dP = dO (V - V_0)^T, V_0 the block's first row, V - V_0 as hi + lo (2 MMAs); Di summed twice;
 - dS = P (dP - Di); fp16 splits dS at a power-of-two scale (its lo half stays normal);
 - dV = P^T dO, dQ = dS K, dK = dS^T Q, with P and dS as hi + lo (2 MMAs each).
+The bf16 splits and widenings are written in PTX, two elements per instruction (_split,
+_widen, _split_product: the same round-to-nearest-even operations, ~7 % fewer instructions
+than the compiler's one-element conversions); dS's lo comes from the exact residual
+fma(P, dP - Di, -hi), the fma the compiler contracts the portable kernel's `dS - hi` into.
 
 Partial blocks: a TMA box always reads 64 rows; rows past the tile's n belong to the next
 sequence (or are zero past T). They are zeroed in shared memory before any MMA, so a non-finite
@@ -90,8 +94,65 @@ def _zero_rows(buf, n, lay: gl.constexpr):
 @gluon.jit
 def _split(x, dtype: gl.constexpr):
     """fp32 x ~= hi + lo, both in dtype (round to nearest even)."""
-    hi = x.to(dtype)
-    lo = (x - hi.to(gl.float32)).to(dtype)
+    if dtype == gl.bfloat16:
+        # Two elements per conversion (cvt.rn.bf16x2.f32), hi back to fp32 by a shift or a
+        # mask: the compiler's own lowering converts one element per F2F and repacks.
+        hi, lo = gl.inline_asm_elementwise(
+            """{
+            .reg .b32 a, b;
+            cvt.rn.bf16x2.f32 $0, $3, $2;
+            shl.b32 a, $0, 16;
+            and.b32 b, $0, 0xffff0000;
+            sub.rn.f32 a, $2, a;
+            sub.rn.f32 b, $3, b;
+            cvt.rn.bf16x2.f32 $1, b, a;
+            }""",
+            "=r,=r,r,r", [x], dtype=(gl.bfloat16, gl.bfloat16), is_pure=True, pack=2)
+    else:
+        hi = x.to(dtype)
+        lo = (x - hi.to(gl.float32)).to(dtype)
+    return hi, lo
+
+
+@gluon.jit
+def _widen(x):
+    """A bf16 tensor as fp32, two elements per 32-bit register by one shift and one mask (the
+    compiler extracts the upper element with a PRMT and then shifts it); other dtypes by .to."""
+    if x.dtype == gl.bfloat16:
+        y = gl.inline_asm_elementwise(
+            """shl.b32 $0, $2, 16;
+            and.b32 $1, $2, 0xffff0000;""",
+            "=r,=r,r", [x], dtype=gl.float32, is_pure=True, pack=2)
+    else:
+        y = x.to(gl.float32)
+    return y
+
+
+@gluon.jit
+def _split_product(a, b, dtype: gl.constexpr):
+    """fp32 a * b ~= hi + lo in dtype, lo from the exact residual fma(a, b, -hi): what the
+    compiler makes of `x = a * b; lo = x - hi` (it contracts the two into one fma), in the
+    portable kernel too, so both keep the same bits. bf16 two elements per conversion (_split);
+    other dtypes leave the contraction to the compiler."""
+    if dtype == gl.bfloat16:
+        hi, lo = gl.inline_asm_elementwise(
+            """{
+            .reg .b32 x, y, a, b;
+            mul.rn.f32 x, $2, $4;
+            mul.rn.f32 y, $3, $5;
+            cvt.rn.bf16x2.f32 $0, y, x;
+            shl.b32 a, $0, 16;
+            and.b32 b, $0, 0xffff0000;
+            neg.f32 a, a;
+            neg.f32 b, b;
+            fma.rn.f32 a, $2, $4, a;
+            fma.rn.f32 b, $3, $5, b;
+            cvt.rn.bf16x2.f32 $1, b, a;
+            }""",
+            "=r,=r,r,r,r,r", [a, b], dtype=(gl.bfloat16, gl.bfloat16), is_pure=True,
+            pack=2)
+    else:
+        hi, lo = _split(a * b, dtype)
     return hi, lo
 
 
@@ -101,7 +162,7 @@ def _centred_split(vb, V, start, n, h, stride_vt, stride_vh, lay: gl.constexpr,
     """V (shared) minus its block's first row (read from global memory, an L2 hit), as hi + lo:
     the portable plain kernel's centring, so both form the same operand. Rows >= n (zeroed)
     become -row0: finite, in dP's columns >= n, where P is 0."""
-    v = vb.load(lay).to(gl.float32)
+    v = _widen(vb.load(lay))
     cols = gl.arange(0, v.shape[1], layout=gl.SliceLayout(0, lay))
     row0 = gl.load(V + start * stride_vt + h * stride_vh + cols).to(gl.float32)
     return _split(v - gl.expand_dims(row0, 0), dtype)
@@ -110,13 +171,14 @@ def _centred_split(vb, V, start, n, h, stride_vt, stride_vh, lay: gl.constexpr,
 @gluon.jit
 def _probs_and_ds(sc, dp, n, qk_scale, s_lay: gl.constexpr):
     """P = softmax over the n valid keys (log2 domain, fp32) and dS = P (dP - Di), Di summed
-    twice (first pass shifts dP by the fp32 Di, second sums the shifted terms)."""
+    twice (first pass shifts dP by the fp32 Di, second sums the shifted terms). dS is returned
+    as its two factors (P, dP - Di): _split_product takes its lo from the exact residual."""
     cols = gl.arange(0, sc.shape[1], layout=gl.SliceLayout(0, s_lay))
     sc = gl.where(gl.expand_dims(cols < n, 0), sc * qk_scale, float("-inf"))
     p = gl.exp2(sc - gl.expand_dims(gl.max(sc, axis=1), 1))
     p = p / gl.expand_dims(gl.sum(p, axis=1), 1)
     dp = dp - gl.expand_dims(gl.sum(p * dp, axis=1), 1)
-    return p, p * (dp - gl.expand_dims(gl.sum(p * dp, axis=1), 1))
+    return p, dp - gl.expand_dims(gl.sum(p * dp, axis=1), 1)
 
 
 @gluon.jit
@@ -218,13 +280,15 @@ def _bwd_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, V, D
             sc = warpgroup_mma(qb, kb.permute((1, 0)), zs, use_acc=False)
             dp = warpgroup_mma(dob, vc_s.index(1).permute((1, 0)), zs, use_acc=False)
             dp = warpgroup_mma(dob, vc_s.index(0).permute((1, 0)), dp)
-            p, ds = _probs_and_ds(sc, dp, n, qk_scale, s_lay)
+            p, ds_b = _probs_and_ds(sc, dp, n, qk_scale, s_lay)  # dS = p * ds_b
+            ds_a = p
             dscale = sm_scale
             if not IS_BF16:
                 # fp16: split dS at a power-of-two scale putting the tile's max |dS| at 2^14,
                 # so its lo half stays in fp16's normal range; the inverse joins the store scale
-                up, down = _pow2_scale(gl.max(gl.max(gl.abs(ds), axis=1), axis=0), 14)
-                ds = ds * up
+                ds_a = p * ds_b
+                up, down = _pow2_scale(gl.max(gl.max(gl.abs(ds_a), axis=1), axis=0), 14)
+                ds_b = up
                 dscale = sm_scale * down
             phi, plo = _split(p, dtype)
             pd_s.index(0).store(phi)
@@ -239,7 +303,7 @@ def _bwd_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, V, D
             dv_s.store(warpgroup_mma(pd_s.index(0).permute((1, 0)), dob, dv).to(dtype))
             # dS takes P's buffers once dV is done (the MMAs are synchronous): 16 KB less, so
             # two CTAs fit per SM at D = 64
-            dshi, dslo = _split(ds, dtype)
+            dshi, dslo = _split_product(ds_a, ds_b, dtype)
             pd_s.index(0).store(dshi)
             pd_s.index(1).store(dslo)
             fence_async_shared()
@@ -355,11 +419,13 @@ def _consumer(C: gl.constexpr, q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc
                 _zero_rows(kb, n, r_lay)
                 fence_async_shared()
             sc = warpgroup_mma(qb, kb.permute((1, 0)), zs, use_acc=False)
-            p, ds = _probs_and_ds(sc, dp, n, qk_scale, s_lay)
+            p, ds_b = _probs_and_ds(sc, dp, n, qk_scale, s_lay)  # dS = p * ds_b
+            ds_a = p
             dscale = sm_scale
             if not IS_BF16:
-                up, down = _pow2_scale(gl.max(gl.max(gl.abs(ds), axis=1), axis=0), 14)
-                ds = ds * up
+                ds_a = p * ds_b
+                up, down = _pow2_scale(gl.max(gl.max(gl.abs(ds_a), axis=1), axis=0), 14)
+                ds_b = up
                 dscale = sm_scale * down
             phi, plo = _split(p, dtype)
             hi_s.store(phi)
@@ -369,9 +435,10 @@ def _consumer(C: gl.constexpr, q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc
             dv = warpgroup_mma(lo_s.permute((1, 0)), dob, zo, use_acc=False)
             dv = warpgroup_mma(hi_s.permute((1, 0)), dob, dv)
             # dS is split before _put's branch: in one basic block with dS's product, as in
-            # _bwd_kernel, the compiler fuses lo = dS - hi into fma(P, dP - Di, -hi) (32 FFMAs
-            # per thread); split after it, it does not, and dQ and dK lose bitwise equality
-            dshi, dslo = _split(ds, dtype)
+            # _bwd_kernel, the compiler fuses fp16's lo = dS - hi into one fma (32 FFMAs per
+            # thread); split after it, it does not, and dQ and dK lose bitwise equality (bf16
+            # writes that fma itself: _split_product)
+            dshi, dslo = _split_product(ds_a, ds_b, dtype)
             tma.async_copy_global_to_shared(do_desc, [nrow, nx_h * HD], bar_vo, dob, more)
             _put(dv.to(dtype), xb, dv_desc, DV, start, n, h, stride_dvt, stride_dvh, r_lay)
             hi_s.store(dshi)

@@ -70,7 +70,9 @@ from blockattn.kernels.attention_gluon import (
     _probs_and_ds,
     _put,
     _split,
+    _split_product,
     _tile_at,
+    _widen,
     _zero_rows,
 )
 from blockattn.kernels.tiles import TileTable
@@ -117,7 +119,7 @@ def _rotate(x, sin, cos, CONJ: gl.constexpr):
 def _rotate_split(buf, lo_buf, sin, cos, lay: gl.constexpr, n, CENTRE: gl.constexpr):
     """The raw tile in `buf` rotated (and, CENTRE, minus the mean of its n valid rows; padded
     rows stay 0), split into hi (written over the raw tile) and lo (to `lo_buf`)."""
-    x = _rotate(buf.load(lay).to(gl.float32), sin, cos, False)
+    x = _rotate(_widen(buf.load(lay)), sin, cos, False)
     if CENTRE:
         rows = gl.arange(0, x.shape[0], layout=gl.SliceLayout(1, lay))
         m = gl.sum(x, axis=0) / gl.maximum(n, 1).to(gl.float32)
@@ -132,19 +134,22 @@ def _scores_to_ds(q_hi, q_lo, k_hi, k_lo, dp, n, qk_scale, sm_scale, s_lay: gl.c
                   IS_BF16: gl.constexpr):
     """S from the rotated q, k halves in shared memory (q_lo k_hi + q_hi k_lo + q_hi k_hi:
     _mma_split's order), then P and dS (_probs_and_ds); fp16 scales dS by a power of two that
-    puts its max at 2^14 (its lo half stays normal). Returns P, dS and the gradients' scale."""
+    puts its max at 2^14 (its lo half stays normal). Returns P, dS as two factors (a, b: dS =
+    a * b, for _split_product) and the gradients' scale."""
     BM: gl.constexpr = q_hi.shape[0]
     zs = gl.zeros([BM, BM], gl.float32, s_lay)
     sc = warpgroup_mma(q_lo, k_hi.permute((1, 0)), zs, use_acc=False)
     sc = warpgroup_mma(q_hi, k_lo.permute((1, 0)), sc)
     sc = warpgroup_mma(q_hi, k_hi.permute((1, 0)), sc)
-    p, ds = _probs_and_ds(sc, dp, n, qk_scale, s_lay)
+    p, ds_b = _probs_and_ds(sc, dp, n, qk_scale, s_lay)
+    ds_a = p
     dscale = sm_scale
     if not IS_BF16:
-        up, down = _pow2_scale(gl.max(gl.max(gl.abs(ds), axis=1), axis=0), 14)
-        ds = ds * up
+        ds_a = p * ds_b
+        up, down = _pow2_scale(gl.max(gl.max(gl.abs(ds_a), axis=1), axis=0), 14)
+        ds_b = up
         dscale = sm_scale * down
-    return p, ds, dscale
+    return p, ds_a, ds_b, dscale
 
 
 @gluon.jit
@@ -246,8 +251,8 @@ def _bwd_rot_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, 
             dp = warpgroup_mma_wait(0, deps=[dp])
             _rotate_split(bb, cb, sin_r, cos_r, r_lay, n, False)  # k: its lo over V's hi
             fence_async_shared()
-            p, ds, dscale = _scores_to_ds(ab, eb, bb, cb, dp, n, qk_scale, sm_scale, s_lay,
-                                          IS_BF16)
+            p, ds_a, ds_b, dscale = _scores_to_ds(ab, eb, bb, cb, dp, n, qk_scale, sm_scale,
+                                                  s_lay, IS_BF16)
             phi, plo = _split(p, dtype)
             hi_s.store(phi)
             lo_s.store(plo)
@@ -255,7 +260,7 @@ def _bwd_rot_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, 
             zo = gl.zeros([BM, HD], gl.float32, o_lay)
             dv = warpgroup_mma(lo_s.permute((1, 0)), db, zo, use_acc=False, is_async=True)
             dv = warpgroup_mma(hi_s.permute((1, 0)), db, dv, is_async=True)
-            dshi, dslo = _split(ds, dtype)  # while dV multiplies
+            dshi, dslo = _split_product(ds_a, ds_b, dtype)  # while dV multiplies
             dv = warpgroup_mma_wait(0, deps=[dv])
             sin_o, cos_o = _table(SIN, start, n, stride_st, op_lay, BM, HD // 2)
             hi_s.store(dshi)
