@@ -35,7 +35,8 @@ The default fused-rotary backward on sm_90 in bf16 (CONFIGS; BLOCKATTN_KERNEL_PA
 prefer-gluon also sends fp16 here). Same-run A/B against the portable rotary backward, shape
 P, bf16, ms: H200 D = 128 4.96 vs 7.04 (rotate_v), 4.42 vs 6.08 (q/k only), D = 64 2.75 vs
 3.12, 2.56 vs 2.89; H100 D = 128 5.75 vs 7.00, 4.85 vs 6.14, D = 64 2.79 vs 3.28, 2.56 vs
-3.02. Fused rotary is still 1.6-1.8x the plain backward, not the issue's 1.35x. Stage profile
+3.02. Fused rotary is still 1.6-1.8x the plain backward, not the issue's 1.35x (bench
+medians at 8b0f580, bf16 splits in PTX: 1.76x on the H200, 1.38x on the H100). Stage profile
 (full / compute-only / memory-only, D = 128, rotate_v): this kernel on the H100 (5fab869) 5.87
 / 4.45 / 3.75 ms against the plain 3.73 / 3.43 / 3.46; a close variant on the H200 (ac41322)
 5.40 / 4.56 / 2.85 against 2.79 / 2.24 / 2.42. Its compute alone outlasts the plain kernel:
