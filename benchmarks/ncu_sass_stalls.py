@@ -5,6 +5,12 @@ by opcode, and the instructions with most samples (index in the listing, share, 
 source, top reasons). Markdown-ish text on stdout.
 
     python benchmarks/ncu_sass_stalls.py A.sass.csv [B.sass.csv ...] > stalls.md
+    python benchmarks/ncu_sass_stalls.py A.sass.csv --lines A.sass   # + samples per source line
+
+`--lines` takes the same build's annotated disassembly (`benchmarks/sass_lines.py VARIANT
+--sass A.sass`, on CPU: nvdisasm -g puts the source line above each instruction) and sums the
+samples per source line. It refuses a disassembly of another build: the instruction count and
+every opcode must match the profile's listing.
 """
 
 from __future__ import annotations
@@ -12,6 +18,8 @@ from __future__ import annotations
 import argparse
 import collections
 import csv
+import re
+import sys
 from pathlib import Path
 
 _SAMPLES = "Warp Stall Sampling (All Samples)"
@@ -70,14 +78,66 @@ def summary(path: Path, top: int) -> str:
     return "\n".join([*lines, "```", ""])
 
 
-def main() -> None:
+def source_lines(sass: Path) -> list[tuple[str, str]]:
+    """(opcode, file:line) per instruction of an `nvdisasm -g` listing, in order."""
+    where = "?"
+    out = []
+    for line in sass.read_text().splitlines():
+        m = re.search(r'//## File "([^"]+)", line (\d+)', line)
+        if m:
+            where = f"{Path(m.group(1)).name}:{m.group(2)}"
+            continue
+        m = re.match(r"\s+/\*[0-9a-f]{4,}\*/\s+(.*?);", line)
+        if m:
+            out.append((_opcode(m.group(1)), where))
+    return out
+
+
+def by_line(path: Path, sass: Path, top: int) -> str:
+    """Samples summed per source line; ValueError if `sass` is not the profiled build."""
+    ins = load(path)
+    src = source_lines(sass)
+    if len(src) != len(ins):
+        raise ValueError(f"{sass} has {len(src)} instructions, {path} {len(ins)}: another build")
+    for n, (d, (op, _)) in enumerate(zip(ins, src, strict=True)):
+        if _opcode(d["src"]) != op:
+            raise ValueError(f"instruction {n}: {path} has {_opcode(d['src'])}, {sass} {op}: "
+                             "another build")
+    total = sum(d["samples"] for d in ins) or 1
+    samples: collections.Counter = collections.Counter()
+    stalls: dict = collections.defaultdict(collections.Counter)
+    for d, (_, where) in zip(ins, src, strict=True):
+        samples[where] += d["samples"]
+        stalls[where].update(d["stall"])
+    lines = [f"## {path.name} by source line ({sass.name})", "",
+             "| % of samples | source line | top stall reasons |", "|---:|---|---|"]
+    for where, v in samples.most_common(top):
+        st = ", ".join(f"{k} {100 * c / total:.1f} %" for k, c in stalls[where].most_common(3)
+                       if c)
+        lines.append(f"| {100 * v / total:.1f} | {where} | {st} |")
+    return "\n".join([*lines, ""])
+
+
+def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--lines", type=Path, default=None,
+                    help="the build's annotated SASS (sass_lines.py --sass): samples per line")
     ap.add_argument("files", nargs="+", type=Path)
     args = ap.parse_args()
+    if args.lines and len(args.files) != 1:
+        print("ncu_sass_stalls: --lines takes one profile", file=sys.stderr)
+        return 2
     for p in args.files:
         print(summary(p, args.top))
+    if args.lines:
+        try:
+            print(by_line(args.files[0], args.lines, args.top))
+        except ValueError as exc:
+            print(f"ncu_sass_stalls: {exc}", file=sys.stderr)
+            return 1
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

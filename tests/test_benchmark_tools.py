@@ -1,5 +1,6 @@
 """The benchmark scripts that claims rest on: bench_medians.py (medians of several bench runs,
-known answers and its refusals) and sass_lines.py (per-line SASS counts of a CPU build)."""
+known answers and its refusals), sass_lines.py (per-line SASS counts of a CPU build) and
+ncu_sass_stalls.py --lines (Nsight Compute's stall samples summed per source line)."""
 
 from __future__ import annotations
 
@@ -72,3 +73,60 @@ def test_sass_lines_counts_a_cpu_build() -> None:
     many = subprocess.run([sys.executable, str(REPO / "benchmarks" / "sass_lines.py"),
                            "bwd-*-gluon"], capture_output=True, text=True, cwd=REPO)
     assert many.returncode == 2 and "not 1" in many.stderr
+
+
+_HDR = ["Address", "Source", "Warp Stall Sampling (All Samples)",
+        "Warp Stall Sampling (Not-issued Samples)", "# Samples", "Instructions Executed",
+        "stall_long_sb", "stall_wait", "stall_long_sb (Not Issued)"]
+
+
+def _ncu_listing(path: Path, ins: list[tuple[str, int, int, int]]) -> Path:
+    """An ncu source-page CSV: (SASS, samples, long_sb, wait) per instruction."""
+    rows = [["Kernel Name", "k", ""], _HDR]
+    rows += [[f"0x{16 * n:x}", f"      {src}", str(s), str(s), str(s), "100", str(lsb), str(w),
+              "0"] for n, (src, s, lsb, w) in enumerate(ins)]
+    path.write_text("\n".join(",".join(f'"{c}"' for c in r) for r in rows) + "\n")
+    return path
+
+
+def _disasm(path: Path, ins: list[tuple[str, str]]) -> Path:
+    """An `nvdisasm -g` listing: (file:line, SASS) per instruction."""
+    out, last = ["        .text.k:"], None
+    for n, (where, src) in enumerate(ins):
+        if where != last:
+            f, ln = where.split(":")
+            out.append(f'\t//## File "/x/{f}", line {ln}')
+            last = where
+        out.append(f"        /*{16 * n:04x}*/                   {src} ;")
+    path.write_text("\n".join(out) + "\n")
+    return path
+
+
+def test_ncu_stalls_by_source_line_known_answer_and_refusals(tmp_path: Path) -> None:
+    prof = _ncu_listing(tmp_path / "k.sass.csv", [
+        ("LDG.E R2, desc[UR4][R4.64]", 10, 0, 10), ("FMUL R3, R2, R2", 50, 40, 10),
+        ("@P0 FFMA R3, R3, R2, R1", 20, 0, 20), ("EXIT", 20, 0, 20)])
+    sass = _disasm(tmp_path / "k.sass", [("a.py:7", "LDG.E R2, desc[UR4][R4.64]"),
+                                          ("b.py:3", "FMUL R3, R2, R2.reuse"),
+                                          ("b.py:3", "@P0 FFMA R3, R3, R2, R1"),
+                                          ("a.py:9", "EXIT")])
+    tool = [sys.executable, str(REPO / "benchmarks" / "ncu_sass_stalls.py")]
+    out = subprocess.run([*tool, str(prof), "--lines", str(sass)], capture_output=True,
+                         text=True)
+    assert out.returncode == 0, out.stderr
+    rows = [r for r in out.stdout.splitlines() if r.startswith("| ") and ".py:" in r]
+    # b.py:3 holds 70 of 100 samples (40 long_sb + 30 wait), a.py:7 and a.py:9 10 and 20
+    assert rows[0] == "| 70.0 | b.py:3 | long_sb 40.0 %, wait 30.0 % |"
+    assert rows[1] == "| 20.0 | a.py:9 | wait 20.0 % |"
+    assert rows[2] == "| 10.0 | a.py:7 | wait 10.0 % |"
+    other = _disasm(tmp_path / "o.sass", [("a.py:7", "LDG.E R2, desc[UR4][R4.64]"),
+                                           ("b.py:3", "FADD R3, R2, R2"),
+                                           ("b.py:3", "@P0 FFMA R3, R3, R2, R1"),
+                                           ("a.py:9", "EXIT")])
+    bad = subprocess.run([*tool, str(prof), "--lines", str(other)], capture_output=True,
+                         text=True)
+    assert bad.returncode == 1 and "instruction 1" in bad.stderr and "another build" in bad.stderr
+    short = _disasm(tmp_path / "s.sass", [("a.py:7", "LDG.E R2, desc[UR4][R4.64]")])
+    bad = subprocess.run([*tool, str(prof), "--lines", str(short)], capture_output=True,
+                         text=True)
+    assert bad.returncode == 1 and "1 instructions" in bad.stderr
