@@ -60,7 +60,7 @@ def _fwd_tile(h, start, n, Q, K, V, O, SIN,
               ROTARY: tl.constexpr, ROTATE_V: tl.constexpr, SPLIT: tl.constexpr,
               IS_BF16: tl.constexpr, IEEE: tl.constexpr, INTERPRET: tl.constexpr,
               CHUNKS: tl.constexpr, K_SITE: tl.constexpr, V_SITE: tl.constexpr,
-              V_LATE: tl.constexpr):
+              V_LATE: tl.constexpr, PACKED: tl.constexpr):
     v_tile = _tile(V, start, n, h, stride_vt, stride_vh, BLOCK, HEAD_DIM)
     # Fused rotary, 16-bit inputs (the config's CHUNKS > 1): q and k are loaded, rotated and
     # split one column chunk at a time into S (_qk_chunks), so one chunk's fp32 rotation and
@@ -84,11 +84,11 @@ def _fwd_tile(h, start, n, Q, K, V, O, SIN,
         if not LOAD_V_LATE:
             v = _load(v_tile)
         p = _fwd_probs(q, k, SIN, start, n, stride_st, qk_scale, HEAD_DIM, BLOCK, ROTARY, SPLIT,
-                       IS_BF16, IEEE, INTERPRET, K_SITE)
+                       IS_BF16, IEEE, INTERPRET, K_SITE, PACKED)
     if LOAD_V_LATE:
         v = _load(v_tile)
     _fwd_out(p, v, h, start, n, O, SIN, stride_ot, stride_oh, stride_st, HEAD_DIM, BLOCK,
-             ROTATE_V, SPLIT, IS_BF16, IEEE, INTERPRET, V_SITE)
+             ROTATE_V, SPLIT, IS_BF16, IEEE, INTERPRET, V_SITE, PACKED)
 
 
 @triton.jit
@@ -99,8 +99,10 @@ def _fwd_kernel(Q, K, V, O, SIN, tile_start, tile_len, n_tiles, n_programs, tile
                 ROTARY: tl.constexpr, ROTATE_V: tl.constexpr, SPLIT: tl.constexpr,
                 IS_BF16: tl.constexpr, IEEE: tl.constexpr, INTERPRET: tl.constexpr,
                 PERSISTENT: tl.constexpr, CENTRED: tl.constexpr, CHUNKS: tl.constexpr,
-                K_SITE: tl.constexpr, V_SITE: tl.constexpr, V_LATE: tl.constexpr):
-    # CENTRED is read by the backward only; it is here so both kernels take the same _flags.
+                K_SITE: tl.constexpr, V_SITE: tl.constexpr, V_LATE: tl.constexpr,
+                PACKED: tl.constexpr):
+    # CENTRED is read by the backward only, PACKED by the forward only; both kernels take the
+    # same _flags and placement_flags.
     pid = tl.program_id(0)
     if PERSISTENT:
         # Branch-free loop body (empty tiles are fully masked) so Triton's software pipeliner
@@ -112,7 +114,7 @@ def _fwd_kernel(Q, K, V, O, SIN, tile_start, tile_len, n_tiles, n_programs, tile
                       stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
                       stride_ot, stride_oh, stride_st, qk_scale,
                       HEAD_DIM, BLOCK, ROTARY, ROTATE_V, SPLIT, IS_BF16, IEEE, INTERPRET, CHUNKS,
-                      K_SITE, V_SITE, V_LATE)
+                      K_SITE, V_SITE, V_LATE, PACKED)
     else:  # one tile per program (always so under the interpreter): skip empty slots
         h, start, n = _tile_at(pid, tile_start, tile_len, n_tiles, H)
         if n > 0:
@@ -120,7 +122,7 @@ def _fwd_kernel(Q, K, V, O, SIN, tile_start, tile_len, n_tiles, n_programs, tile
                       stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
                       stride_ot, stride_oh, stride_st, qk_scale,
                       HEAD_DIM, BLOCK, ROTARY, ROTATE_V, SPLIT, IS_BF16, IEEE, INTERPRET, CHUNKS,
-                      K_SITE, V_SITE, V_LATE)
+                      K_SITE, V_SITE, V_LATE, PACKED)
 
 
 # ----------------------------------------------------------------------------- backward
@@ -164,7 +166,8 @@ def _bwd_kernel(Q, K, V, DO, DQ, DK, DV, SIN,
                 ROTARY: tl.constexpr, ROTATE_V: tl.constexpr, SPLIT: tl.constexpr,
                 IS_BF16: tl.constexpr, IEEE: tl.constexpr, INTERPRET: tl.constexpr,
                 PERSISTENT: tl.constexpr, CENTRED: tl.constexpr, CHUNKS: tl.constexpr,
-                K_SITE: tl.constexpr, V_SITE: tl.constexpr, V_LATE: tl.constexpr):
+                K_SITE: tl.constexpr, V_SITE: tl.constexpr, V_LATE: tl.constexpr,
+                PACKED: tl.constexpr):
     pid = tl.program_id(0)
     if PERSISTENT:  # branch-free, as in _fwd_kernel
         for i in tl.range(0, tiles_per_program):
@@ -246,8 +249,8 @@ _STAGES = {"fwd": 1, "bwd": 2}  # no loop to pipeline at one tile per program: n
 CONFIGS: dict[tuple[str, bool, int], LaunchConfig] = {
     ("fwd", False, 128): LaunchConfig(4, 1, 0, maxnreg=128),
     ("fwd", True, 64): LaunchConfig(4, 1, 0, maxnreg=128),
-    ("fwd", True, 128): LaunchConfig(4, 1, 0, accepted_spill_bytes=52),
-    ("bwd", True, 64): LaunchConfig(4, 2, 0, maxnreg=168, accepted_spill_bytes=96),
+    ("fwd", True, 128): LaunchConfig(4, 1, 0, accepted_spill_bytes=40),
+    ("bwd", True, 64): LaunchConfig(4, 2, 0, maxnreg=168, accepted_spill_bytes=16),
     ("bwd", True, 128): LaunchConfig(4, 2, 0, chunks=2),
 }
 
@@ -280,6 +283,7 @@ class Placement:
     k_site: int = 0  # k's table: 0 = q's load (merged), 1 = a load of its own
     v_site: int = 0  # the rotated V's table: 0 = merged with q's and k's, 1 = its own
     v_late: bool = False  # V loaded (forward) or centred (plain V, backward) after QK^T
+    packed: bool = True  # forward, bf16: hi/lo splits two elements per PTX conversion (_split)
 
 
 # Per (kernel, head dim, dtype, rotate_v), fused rotary only; absent = Placement(). Searched on
@@ -305,7 +309,8 @@ class Placement:
 # (40 / 12 B against 52 / 32, V late and its table apart: 1.240; at 8 warps it spills 0 B but
 # takes 1.96x the time, results/h100_2026-11-26c/eight_warps_ab/).
 PLACEMENTS: dict[tuple[str, int, torch.dtype, bool], Placement] = {
-    ("fwd", 64, torch.bfloat16, True): Placement(v_late=True),
+    ("fwd", 64, torch.bfloat16, True): Placement(v_late=True, packed=False),
+    ("fwd", 128, torch.bfloat16, False): Placement(packed=False),
     ("bwd", 64, torch.float16, True): Placement(k_site=1, v_site=1),
     ("bwd", 64, torch.float16, False): Placement(k_site=1),
     ("bwd", 64, torch.bfloat16, False): Placement(v_late=True),
@@ -314,9 +319,10 @@ PLACEMENTS: dict[tuple[str, int, torch.dtype, bool], Placement] = {
 
 def placement_flags(kernel: str, head_dim: int, dtype: torch.dtype, rotary: bool,
                     rotate_v: bool) -> dict:
-    """The kernels' K_SITE, V_SITE, V_LATE constexprs (PLACEMENTS; the default without rotary)."""
+    """The kernels' K_SITE, V_SITE, V_LATE, PACKED constexprs (PLACEMENTS; the default without
+    rotary)."""
     p = PLACEMENTS.get((kernel, head_dim, dtype, rotate_v), Placement()) if rotary else Placement()
-    return dict(K_SITE=p.k_site, V_SITE=p.v_site, V_LATE=p.v_late)
+    return dict(K_SITE=p.k_site, V_SITE=p.v_site, V_LATE=p.v_late, PACKED=p.packed)
 
 
 def _grid_size(n_tiles: int, device: torch.device, cfg: LaunchConfig) -> int:

@@ -42,10 +42,31 @@ def _round_to(x, DT: tl.constexpr, IS_BF16: tl.constexpr, INTERPRET: tl.constexp
 
 
 @triton.jit
-def _split(x, DT: tl.constexpr, IS_BF16: tl.constexpr, INTERPRET: tl.constexpr):
-    """x (fp32) ~= hi + lo with hi, lo in DT: hi carries the top bits, lo the next ones."""
-    hi = _round_to(x, DT, IS_BF16, INTERPRET)
-    lo = _round_to(x - hi.to(tl.float32), DT, IS_BF16, INTERPRET)
+def _split(x, DT: tl.constexpr, IS_BF16: tl.constexpr, INTERPRET: tl.constexpr,
+           PACKED: tl.constexpr = True):
+    """x (fp32) ~= hi + lo with hi, lo in DT: hi carries the top bits, lo the next ones.
+
+    bf16 on a GPU: two elements per conversion in PTX (cvt.rn.bf16x2.f32; hi back to fp32 by a
+    shift or a mask), the same round-to-nearest-even operations in fewer instructions than the
+    compiler's one-element conversions and repacking. PACKED=False keeps the compiler's form,
+    for dS: there x is a product, and the compiler contracts `x - hi` into one fma with the
+    product's exact residual (the Gluon backward writes that fma itself to keep the same bits).
+    """
+    if IS_BF16 and PACKED and not INTERPRET:
+        hi, lo = tl.inline_asm_elementwise(
+            """{
+            .reg .b32 a, b;
+            cvt.rn.bf16x2.f32 $0, $3, $2;
+            shl.b32 a, $0, 16;
+            and.b32 b, $0, 0xffff0000;
+            sub.rn.f32 a, $2, a;
+            sub.rn.f32 b, $3, b;
+            cvt.rn.bf16x2.f32 $1, b, a;
+            }""",
+            "=r,=r,r,r", [x], dtype=(tl.bfloat16, tl.bfloat16), is_pure=True, pack=2)
+    else:
+        hi = _round_to(x, DT, IS_BF16, INTERPRET)
+        lo = _round_to(x - hi.to(tl.float32), DT, IS_BF16, INTERPRET)
     return hi, lo
 
 
@@ -145,7 +166,7 @@ def _load_sinu(SIN, start, n, stride_st, ROTARY: tl.constexpr, BLOCK: tl.constex
 @triton.jit
 def _operand(x, SIN, start, n, stride_st, ROTATE: tl.constexpr, SPLIT: tl.constexpr,
              IS_BF16: tl.constexpr, BLOCK: tl.constexpr, HALF: tl.constexpr,
-             INTERPRET: tl.constexpr, SITE: tl.constexpr = 0):
+             INTERPRET: tl.constexpr, SITE: tl.constexpr = 0, PACKED: tl.constexpr = True):
     """A loaded (BLOCK, D) tile as an MMA operand: rotated tiles come back as hi/lo halves.
 
     sin/cos are read per operand (L1 hits after the first) so that the fp32 tables need not be
@@ -157,7 +178,7 @@ def _operand(x, SIN, start, n, stride_st, ROTATE: tl.constexpr, SPLIT: tl.conste
         sin, cos = _load_sinu(SIN, start, n, stride_st, True, BLOCK, HALF, HALF, SITE)
         xr = _rotate(x.to(tl.float32), sin, cos, False, BLOCK, HALF)
         if SPLIT:
-            hi, lo = _split(xr, x.dtype, IS_BF16, INTERPRET)
+            hi, lo = _split(xr, x.dtype, IS_BF16, INTERPRET, PACKED)
         else:
             hi = xr.to(x.dtype)
             lo = hi
@@ -285,14 +306,14 @@ def _fwd_body(q, k, v, h, start, n, O, SIN, stride_ot, stride_oh, stride_st, qk_
 def _fwd_probs(q, k, SIN, start, n, stride_st, qk_scale,
                HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr, ROTARY: tl.constexpr,
                SPLIT: tl.constexpr, IS_BF16: tl.constexpr, IEEE: tl.constexpr,
-               INTERPRET: tl.constexpr, K_SITE: tl.constexpr = 0):
+               INTERPRET: tl.constexpr, K_SITE: tl.constexpr = 0, PACKED: tl.constexpr = True):
     """The forward's first half: P of one tile from its loaded q, k (k's table read at K_SITE,
-    see _load_table: 0 shares q's load)."""
+    see _load_table: 0 shares q's load; PACKED: see _split)."""
     HALF: tl.constexpr = HEAD_DIM // 2
     q_hi, q_lo = _operand(q, SIN, start, n, stride_st, ROTARY, SPLIT, IS_BF16,
-                          BLOCK, HALF, INTERPRET)
+                          BLOCK, HALF, INTERPRET, 0, PACKED)
     k_hi, k_lo = _operand(k, SIN, start, n, stride_st, ROTARY, SPLIT, IS_BF16,
-                          BLOCK, HALF, INTERPRET, K_SITE)
+                          BLOCK, HALF, INTERPRET, K_SITE, PACKED)
     p = _probs(q_hi, q_lo, k_hi, k_lo, n, qk_scale, ROTARY and SPLIT, IEEE, INTERPRET, BLOCK)
     return p
 
@@ -301,15 +322,16 @@ def _fwd_probs(q, k, SIN, start, n, stride_st, qk_scale,
 def _fwd_out(p, v, h, start, n, O, SIN, stride_ot, stride_oh, stride_st,
              HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr, ROTATE_V: tl.constexpr,
              SPLIT: tl.constexpr, IS_BF16: tl.constexpr, IEEE: tl.constexpr,
-             INTERPRET: tl.constexpr, V_SITE: tl.constexpr = 0):
-    """The forward's second half: O = P V of one tile, stored (V's table read at V_SITE)."""
+             INTERPRET: tl.constexpr, V_SITE: tl.constexpr = 0, PACKED: tl.constexpr = True):
+    """The forward's second half: O = P V of one tile, stored (V's table read at V_SITE;
+    PACKED: see _split)."""
     HALF: tl.constexpr = HEAD_DIM // 2
     # V is rotated only now, after q/k are dead, to keep register pressure down.
     v_hi, v_lo = _operand(v, SIN, start, n, stride_st, ROTATE_V, SPLIT, IS_BF16,
-                          BLOCK, HALF, INTERPRET, V_SITE)
+                          BLOCK, HALF, INTERPRET, V_SITE, PACKED)
     acc = tl.zeros((BLOCK, HEAD_DIM), dtype=tl.float32)
     if SPLIT:
-        p_hi, p_lo = _split(p, v.dtype, IS_BF16, INTERPRET)
+        p_hi, p_lo = _split(p, v.dtype, IS_BF16, INTERPRET, PACKED)
         acc = _mma_split(p_hi, p_lo, v_hi, v_lo, acc, True, ROTATE_V, IEEE, INTERPRET)
     else:
         acc = _mma(p.to(v.dtype), v_hi, acc, IEEE, INTERPRET)
@@ -338,7 +360,7 @@ def _ds_halves(ds, sm_scale, DT: tl.constexpr, SPLIT: tl.constexpr, CENTRED: tl.
                                                 axis=0, keep_dims=True), 14)
             ds = ds * ds_up
             sm_scale = sm_scale * ds_down
-        ds_hi, ds_lo = _split(ds, DT, IS_BF16, INTERPRET)
+        ds_hi, ds_lo = _split(ds, DT, IS_BF16, INTERPRET, False)  # a product: see _split
     else:
         ds_hi = ds.to(DT)
         ds_lo = ds_hi
