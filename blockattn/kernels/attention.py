@@ -244,7 +244,8 @@ class LaunchConfig:
 # tile's time) and D=64 at its 128 cap (0 B: 1.19-1.30x) stay whole (results/h100_2026-11-26b/
 # variants/). The whole-tile D=64 kernels' spills are then down to where their tables are read
 # (PLACEMENTS): the bf16 forward and the fp16 backward spill 0 B; the fp16 forward keeps 40 B
-# (sm_90, rotate_v), the bf16 backward 96 B (sm_100; 32 B sm_90), the bf16 D=128 forward 52 B.
+# (sm_90, rotate_v), the bf16 backward 16 B (sm_90; 0 B sm_100), the bf16 D=128 forward 40 B
+# (sm_90; 0 B sm_100): 96 B and 52 B before tile_math._split packed bf16 (aff7cfe).
 _STAGES = {"fwd": 1, "bwd": 2}  # no loop to pipeline at one tile per program: no effect
 CONFIGS: dict[tuple[str, bool, int], LaunchConfig] = {
     ("fwd", False, 128): LaunchConfig(4, 1, 0, maxnreg=128),
@@ -259,7 +260,7 @@ CONFIGS: dict[tuple[str, bool, int], LaunchConfig] = {
 DTYPE_CONFIGS: dict[tuple[str, bool, int, torch.dtype], LaunchConfig] = {
     ("fwd", True, 128, torch.float16): LaunchConfig(4, 1, 0, chunks=2),
     # the rotary D = 64 kernels' spills differ by dtype (PLACEMENTS): fp16's forward keeps 40 B
-    # (sm_90, rotate_v), its backward none; bf16's in CONFIGS (fwd 0 B, bwd 96 B on sm_100)
+    # (sm_90, rotate_v), its backward none; bf16's in CONFIGS (fwd 0 B, bwd 16 B on sm_90)
     ("fwd", True, 64, torch.float16): LaunchConfig(4, 1, 0, maxnreg=128, accepted_spill_bytes=40),
     ("bwd", True, 64, torch.float16): LaunchConfig(4, 2, 0, maxnreg=168),
 }
@@ -308,6 +309,12 @@ class Placement:
 # tables apart: 1.013; no combination reached 0 B in the bf16 backward); fwd D128 bf16 rotate_v
 # (40 / 12 B against 52 / 32, V late and its table apart: 1.240; at 8 warps it spills 0 B but
 # takes 1.96x the time, results/h100_2026-11-26c/eight_warps_ab/).
+# packed (bf16 splits two elements per PTX conversion, tile_math._split; same bits): on by
+# default; it took registers off every bf16 build but made two forwards spill at sm_90, which
+# keep the compiler's form: D64 rotate_v 0 -> 8 B (0.951x the time packed, H200, but the rule
+# above keeps 0 B where it was) and D128 q/k only 0 -> 12 B (1.076x). H200 same-run A/B at
+# aff7cfe (results/h200_2026-11-27/ab_packed_tile_math_aff7cfe/): rotary fwd D128 rotate_v
+# 0.917, q/k 1.000, D64 1.000, 0.974; 0 elements apart.
 PLACEMENTS: dict[tuple[str, int, torch.dtype, bool], Placement] = {
     ("fwd", 64, torch.bfloat16, True): Placement(v_late=True, packed=False),
     ("fwd", 128, torch.bfloat16, False): Placement(packed=False),
