@@ -54,7 +54,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def _markdown(ctrl, outs, meta: dict) -> str:
     killed = sum(o.status == "killed" for o in outs)
     not_run = sum(o.status == "not run" for o in outs)
-    also = f", {not_run} not run here (they need an sm_90 GPU)" if not_run else ""
+    also = f", {not_run} not run here (they need an sm_90 GPU or a GPU)" if not_run else ""
     lines = [
         f"## blockattn mutants: {killed}/{len(outs)} killed on {meta['device']} ({meta['gpu']})"
         f"{also}",
@@ -170,7 +170,8 @@ def main(args: argparse.Namespace) -> int:
         )
         return 1
     if not any(o.status == "killed" for o in outs):
-        print("error: no mutant ran here (every selected one needs an sm_90 GPU)", file=sys.stderr)
+        print("error: no mutant ran here (every selected one needs an sm_90 GPU or a GPU)",
+              file=sys.stderr)
         return 1
     # "not run" (a path this device cannot run) is reported above, never counted as killed
     return 0 if all(o.status in ("killed", "not run") for o in outs) else 1

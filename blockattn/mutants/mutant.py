@@ -55,3 +55,6 @@ class Mutant:
     # The mutated code runs only on an sm_90 GPU (the Gluon path: Gluon has no interpreter).
     # Elsewhere the mutant is reported "not run", never counted as killed.
     needs_sm90: bool = False
+    # The mutated code runs only on a GPU (inline PTX that the interpreter never runs: the
+    # portable kernels' packed bf16 split). On CPU: "not run", as above.
+    needs_gpu: bool = False

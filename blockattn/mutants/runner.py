@@ -185,14 +185,16 @@ def run_mutants(
     on_outcome: Callable[[Outcome, bool], None] | None = None,
 ) -> tuple[Outcome | None, list[Outcome]]:
     """(control outcome, one outcome per mutant in the given order). A mutant whose code runs
-    only on an sm_90 GPU is reported "not run" anywhere else (never counted as killed).
+    only on an sm_90 GPU (or only on a GPU) is reported "not run" anywhere else (never counted
+    as killed).
 
     `done` holds outcomes of an interrupted run of the same plan, by mutant name (the control's
     under CONTROL_KEY): those are not run again. `on_outcome(outcome, is_control)` is called as
     each new outcome lands, so a caller can record it before the run ends."""
     done = done or {}
     here = on_sm90()
-    runnable = [m for m in mutants if here or not m.needs_sm90]
+    gpu = on_gpu()
+    runnable = [m for m in mutants if (here or not m.needs_sm90) and (gpu or not m.needs_gpu)]
     ctrl = None
     prior = done.get(CONTROL_KEY)
     if control and runnable and prior is not None and prior.status == "passed":
@@ -228,7 +230,8 @@ def run_mutants(
                 on_outcome(ran[futures[fut]], False)
     outs = [ran[m.name] if m.name in ran else
             Outcome(m.name, m.group, m.description, "not run",
-                    detail="its code runs only on an sm_90 GPU (Gluon has no interpreter)")
+                    detail="its code runs only on an sm_90 GPU (Gluon has no interpreter)"
+                    if m.needs_sm90 else "its code runs only on a GPU (inline PTX)")
             for m in mutants]
     return ctrl, outs
 
@@ -237,6 +240,12 @@ def on_sm90() -> bool:
     import torch
 
     return torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+
+
+def on_gpu() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def package_dir() -> Path:

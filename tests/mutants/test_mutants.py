@@ -163,9 +163,11 @@ def _run(args: list[str], tmp_path: Path) -> dict:
 def _assert_all_killed(payload: dict) -> None:
     assert payload["control"]["status"] == "passed", payload["control"]
     sm90_only = {m.name for m in catalog.MUTANTS if m.needs_sm90}
+    gpu_only = {m.name for m in catalog.MUTANTS if m.needs_gpu}
     for o in payload["mutants"]:
-        if o["status"] == "not run":  # only a Gluon mutant, only off an sm_90 GPU
-            assert o["name"] in sm90_only and not runner.on_sm90(), o
+        if o["status"] == "not run":  # a Gluon mutant off an sm_90 GPU, a PTX one off a GPU
+            assert (o["name"] in sm90_only and not runner.on_sm90()) or (
+                o["name"] in gpu_only and not runner.on_gpu()), o
             continue
         # Killed by a numeric verdict: a mutant that only crashes the kernel is not realistic.
         # A bug in the judge no gate run can show is killed by the judge's own tests; a contract
@@ -180,10 +182,16 @@ def test_sm90_only_mutants_are_not_run_elsewhere_and_never_count_as_killed(
     gluon = [m for m in catalog.MUTANTS if m.needs_sm90]
     assert gluon and all(m.file in ("kernels/attention_gluon.py",
                                     "kernels/attention_gluon_rotary.py") for m in gluon)
+    ptx = [m for m in catalog.MUTANTS if m.needs_gpu]
+    assert ptx and all(m.file == "kernels/tile_math.py" and "$" in m.anchor for m in ptx)
     if runner.on_sm90():
         pytest.skip("on an sm_90 GPU these mutants run (test_every_mutant_is_killed)")
     ctrl, outs = runner.run_mutants(gluon, {}, jobs=1)
     assert ctrl is None and [o.status for o in outs] == ["not run"] * len(gluon)
+    if not runner.on_gpu():
+        ctrl, outs = runner.run_mutants(ptx, {}, jobs=1)
+        assert ctrl is None and [o.status for o in outs] == ["not run"] * len(ptx)
+        assert "inline PTX" in outs[0].detail
     # selecting only such mutants is an error (nothing ran), not a clean pass
     rc = cli.main(["mutants", "--mutant", gluon[0].name, "--out", str(tmp_path)])
     assert rc == 1 and "no mutant ran here" in capsys.readouterr().err
