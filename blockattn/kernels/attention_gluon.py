@@ -56,6 +56,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
+from blockattn.kernels.tile_math import SPLIT_BF16X2_PTX
 from blockattn.kernels.tiles import TileTable
 
 BLOCK = 64  # rows of a tile: one warpgroup MMA's M
@@ -95,19 +96,11 @@ def _zero_rows(buf, n, lay: gl.constexpr):
 def _split(x, dtype: gl.constexpr):
     """fp32 x ~= hi + lo, both in dtype (round to nearest even)."""
     if dtype == gl.bfloat16:
-        # Two elements per conversion (cvt.rn.bf16x2.f32), hi back to fp32 by a shift or a
-        # mask: the compiler's own lowering converts one element per F2F and repacks.
-        hi, lo = gl.inline_asm_elementwise(
-            """{
-            .reg .b32 a, b;
-            cvt.rn.bf16x2.f32 $0, $3, $2;
-            shl.b32 a, $0, 16;
-            and.b32 b, $0, 0xffff0000;
-            sub.rn.f32 a, $2, a;
-            sub.rn.f32 b, $3, b;
-            cvt.rn.bf16x2.f32 $1, b, a;
-            }""",
-            "=r,=r,r,r", [x], dtype=(gl.bfloat16, gl.bfloat16), is_pure=True, pack=2)
+        # Two elements per conversion (tile_math.SPLIT_BF16X2_PTX): the compiler's own
+        # lowering converts one element per F2F and repacks.
+        hi, lo = gl.inline_asm_elementwise(SPLIT_BF16X2_PTX, "=r,=r,r,r", [x],
+                                           dtype=(gl.bfloat16, gl.bfloat16), is_pure=True,
+                                           pack=2)
     else:
         hi = x.to(dtype)
         lo = (x - hi.to(gl.float32)).to(dtype)

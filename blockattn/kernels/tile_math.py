@@ -27,6 +27,21 @@ INTERPRET: bool = os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 LOG2E = 1.4426950408889634
 
+# The bf16 hi/lo split two elements at a time, as inline PTX (pack=2: $2, $3 two fp32 values,
+# $0 hi and $1 lo as bf16 pairs): cvt.rn.bf16x2.f32 rounds both to nearest even, hi goes back to
+# fp32 by a shift (low element) or a mask (high one), lo is the rounded residual. The same
+# operations as `hi = x.to(bf16); lo = (x - hi.to(fp32)).to(bf16)` in fewer instructions; used by
+# _split here and by the Gluon backward (attention_gluon._split).
+SPLIT_BF16X2_PTX = tl.constexpr("""{
+            .reg .b32 a, b;
+            cvt.rn.bf16x2.f32 $0, $3, $2;
+            shl.b32 a, $0, 16;
+            and.b32 b, $0, 0xffff0000;
+            sub.rn.f32 a, $2, a;
+            sub.rn.f32 b, $3, b;
+            cvt.rn.bf16x2.f32 $1, b, a;
+            }""")
+
 
 # ----------------------------------------------------------------------------- helpers
 
@@ -53,17 +68,9 @@ def _split(x, DT: tl.constexpr, IS_BF16: tl.constexpr, INTERPRET: tl.constexpr,
     product's exact residual (the Gluon backward writes that fma itself to keep the same bits).
     """
     if IS_BF16 and PACKED and not INTERPRET:
-        hi, lo = tl.inline_asm_elementwise(
-            """{
-            .reg .b32 a, b;
-            cvt.rn.bf16x2.f32 $0, $3, $2;
-            shl.b32 a, $0, 16;
-            and.b32 b, $0, 0xffff0000;
-            sub.rn.f32 a, $2, a;
-            sub.rn.f32 b, $3, b;
-            cvt.rn.bf16x2.f32 $1, b, a;
-            }""",
-            "=r,=r,r,r", [x], dtype=(tl.bfloat16, tl.bfloat16), is_pure=True, pack=2)
+        hi, lo = tl.inline_asm_elementwise(SPLIT_BF16X2_PTX, "=r,=r,r,r", [x],
+                                           dtype=(tl.bfloat16, tl.bfloat16), is_pure=True,
+                                           pack=2)
     else:
         hi = _round_to(x, DT, IS_BF16, INTERPRET)
         lo = _round_to(x - hi.to(tl.float32), DT, IS_BF16, INTERPRET)

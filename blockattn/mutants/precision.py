@@ -308,27 +308,17 @@ PRECISION: tuple[Mutant, ...] = (
         needs_sm90=True,
         tests=GLUON_ROTARY_TESTS,
     ),
-    # The bf16 splits written in PTX (two elements per conversion): the interpreter never runs
-    # them (it keeps the compiler's form, _round_to's shim), so these run on a GPU only.
+    # The bf16 split written in PTX (tile_math.SPLIT_BF16X2_PTX, two elements per conversion,
+    # shared by the portable kernels and the Gluon backward): the interpreter never runs it (it
+    # keeps the compiler's form, _round_to's shim), so this runs on a GPU only.
     Mutant(
         "packed-split-lo-dropped",
         _G,
         TILE_MATH,
         "            sub.rn.f32 b, $3, b;\n            cvt.rn.bf16x2.f32 $1, b, a;",
         "            sub.rn.f32 b, $3, b;\n            mov.b32 $1, 0;",
-        "portable kernels on a GPU: the packed bf16 split's lo half dropped (q, k, V, P "
-        "operands rounded to the input dtype; bf16 forward)",
+        "on a GPU: the packed bf16 split's lo half dropped (operands rounded to the input "
+        "dtype: the portable forward's q, k, V, P; the Gluon backward's V, P and rotary q, k)",
         needs_gpu=True,
-    ),
-    Mutant(
-        "gluon-packed-split-lo-dropped",
-        _G,
-        GLUON,
-        "            sub.rn.f32 b, $3, b;\n            cvt.rn.bf16x2.f32 $1, b, a;",
-        "            sub.rn.f32 b, $3, b;\n            mov.b32 $1, 0;",
-        "Gluon path: the packed bf16 split's lo half dropped (V - V_0 and P rounded to the "
-        "input dtype; bf16)",
-        env=PREFER_GLUON + GLUON_CHAINS_1,
-        needs_sm90=True,
     ),
 )
