@@ -186,6 +186,22 @@ def _pow2_scale(amax, EXP: gl.constexpr):
 
 
 @gluon.jit
+def _ds_factors(p, t, sm_scale, IS_BF16: gl.constexpr):
+    """dS = p t as the two factors _split_product takes, and the gradients' store scale. bf16:
+    (p, t). fp16: dS at a power-of-two scale putting the tile's max |dS| at 2^14, so its lo half
+    stays in fp16's normal range, as (dS, 2^e); the inverse joins the store scale."""
+    a = p
+    b = t
+    dscale = sm_scale
+    if not IS_BF16:
+        a = p * t
+        up, down = _pow2_scale(gl.max(gl.max(gl.abs(a), axis=1), axis=0), 14)
+        b = up
+        dscale = sm_scale * down
+    return a, b, dscale
+
+
+@gluon.jit
 def _store_rows(base, buf, start, n, h, stride_t, stride_h, lay: gl.constexpr):
     """Masked store of the n valid rows of a tile staged in shared memory (a partial tile),
     read back in a row-contiguous layout so each thread stores 16-byte vectors."""
@@ -273,16 +289,8 @@ def _bwd_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, V, D
             sc = warpgroup_mma(qb, kb.permute((1, 0)), zs, use_acc=False)
             dp = warpgroup_mma(dob, vc_s.index(1).permute((1, 0)), zs, use_acc=False)
             dp = warpgroup_mma(dob, vc_s.index(0).permute((1, 0)), dp)
-            p, ds_b = _probs_and_ds(sc, dp, n, qk_scale, s_lay)  # dS = p * ds_b
-            ds_a = p
-            dscale = sm_scale
-            if not IS_BF16:
-                # fp16: split dS at a power-of-two scale putting the tile's max |dS| at 2^14,
-                # so its lo half stays in fp16's normal range; the inverse joins the store scale
-                ds_a = p * ds_b
-                up, down = _pow2_scale(gl.max(gl.max(gl.abs(ds_a), axis=1), axis=0), 14)
-                ds_b = up
-                dscale = sm_scale * down
+            p, dpd = _probs_and_ds(sc, dp, n, qk_scale, s_lay)  # dS = p (dP - Di)
+            ds_a, ds_b, dscale = _ds_factors(p, dpd, sm_scale, IS_BF16)
             phi, plo = _split(p, dtype)
             pd_s.index(0).store(phi)
             pd_s.index(1).store(plo)
@@ -412,14 +420,8 @@ def _consumer(C: gl.constexpr, q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc
                 _zero_rows(kb, n, r_lay)
                 fence_async_shared()
             sc = warpgroup_mma(qb, kb.permute((1, 0)), zs, use_acc=False)
-            p, ds_b = _probs_and_ds(sc, dp, n, qk_scale, s_lay)  # dS = p * ds_b
-            ds_a = p
-            dscale = sm_scale
-            if not IS_BF16:
-                ds_a = p * ds_b
-                up, down = _pow2_scale(gl.max(gl.max(gl.abs(ds_a), axis=1), axis=0), 14)
-                ds_b = up
-                dscale = sm_scale * down
+            p, dpd = _probs_and_ds(sc, dp, n, qk_scale, s_lay)  # dS = p (dP - Di)
+            ds_a, ds_b, dscale = _ds_factors(p, dpd, sm_scale, IS_BF16)
             phi, plo = _split(p, dtype)
             hi_s.store(phi)
             lo_s.store(plo)

@@ -66,8 +66,8 @@ from blockattn.kernels import attention_gluon as G
 from blockattn.kernels.attention_gluon import (
     LOG2E,
     _centred_split,
+    _ds_factors,
     _load_pair,
-    _pow2_scale,
     _probs_and_ds,
     _put,
     _split,
@@ -134,22 +134,16 @@ def _rotate_split(buf, lo_buf, sin, cos, lay: gl.constexpr, n, CENTRE: gl.conste
 def _scores_to_ds(q_hi, q_lo, k_hi, k_lo, dp, n, qk_scale, sm_scale, s_lay: gl.constexpr,
                   IS_BF16: gl.constexpr):
     """S from the rotated q, k halves in shared memory (q_lo k_hi + q_hi k_lo + q_hi k_hi:
-    _mma_split's order), then P and dS (_probs_and_ds); fp16 scales dS by a power of two that
-    puts its max at 2^14 (its lo half stays normal). Returns P, dS as two factors (a, b: dS =
-    a * b, for _split_product) and the gradients' scale."""
+    _mma_split's order), then P and dS (_probs_and_ds). Returns P, dS as the two factors
+    _split_product takes and the gradients' scale (_ds_factors: fp16 scales dS by a power of
+    two)."""
     BM: gl.constexpr = q_hi.shape[0]
     zs = gl.zeros([BM, BM], gl.float32, s_lay)
     sc = warpgroup_mma(q_lo, k_hi.permute((1, 0)), zs, use_acc=False)
     sc = warpgroup_mma(q_hi, k_lo.permute((1, 0)), sc)
     sc = warpgroup_mma(q_hi, k_hi.permute((1, 0)), sc)
-    p, ds_b = _probs_and_ds(sc, dp, n, qk_scale, s_lay)
-    ds_a = p
-    dscale = sm_scale
-    if not IS_BF16:
-        ds_a = p * ds_b
-        up, down = _pow2_scale(gl.max(gl.max(gl.abs(ds_a), axis=1), axis=0), 14)
-        ds_b = up
-        dscale = sm_scale * down
+    p, dpd = _probs_and_ds(sc, dp, n, qk_scale, s_lay)
+    ds_a, ds_b, dscale = _ds_factors(p, dpd, sm_scale, IS_BF16)
     return p, ds_a, ds_b, dscale
 
 

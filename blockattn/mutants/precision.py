@@ -275,12 +275,8 @@ PRECISION: tuple[Mutant, ...] = (
         "gluon-ds-fp16-scale-dropped",
         _G,
         GLUON,
-        "the inverse joins the store scale\n                ds_a = p * ds_b\n"
-        "                up, down = _pow2_scale(gl.max(gl.max(gl.abs(ds_a), axis=1), axis=0), 14)\n"
-        "                ds_b = up\n                dscale = sm_scale * down\n",
-        "the inverse joins the store scale\n                ds_a = p * ds_b\n"
-        "                up, down = _pow2_scale(gl.max(gl.max(gl.abs(ds_a), axis=1), axis=0), 14)\n"
-        "                ds_b = 1.0\n",
+        "        b = up\n        dscale = sm_scale * down\n",
+        "        b = 1.0\n",
         "Gluon path: fp16 dS split without its power-of-two scale (fp16, small dS)",
         env=PREFER_GLUON + GLUON_CHAINS_1,
         needs_sm90=True,
