@@ -18,9 +18,10 @@ from __future__ import annotations
 import argparse
 import collections
 import csv
-import re
 import sys
 from pathlib import Path
+
+from sass_lines import opcode, source_lines  # a sibling (this folder is first on sys.path)
 
 _SAMPLES = "Warp Stall Sampling (All Samples)"
 _EXECUTED = "Instructions Executed"
@@ -44,14 +45,6 @@ def load(path: Path) -> list[dict]:
     return out
 
 
-def _opcode(src: str) -> str:
-    words = src.split()
-    if not words:
-        return "?"
-    op = words[1] if words[0].startswith("@") and len(words) > 1 else words[0]
-    return op.split(".")[0]
-
-
 def summary(path: Path, top: int) -> str:
     ins = load(path)
     total = sum(d["samples"] for d in ins) or 1
@@ -66,8 +59,8 @@ def summary(path: Path, top: int) -> str:
     by_op: collections.Counter = collections.Counter()
     ex_op: collections.Counter = collections.Counter()
     for d in ins:
-        by_op[_opcode(d["src"])] += d["samples"]
-        ex_op[_opcode(d["src"])] += d["executed"]
+        by_op[opcode(d["src"])] += d["samples"]
+        ex_op[opcode(d["src"])] += d["executed"]
     lines += ["by opcode (% of samples / % of executed): " + ", ".join(
         f"{k} {100 * v / total:.1f}/{100 * ex_op[k] / executed:.1f}"
         for k, v in by_op.most_common(25)), "", "```"]
@@ -78,30 +71,15 @@ def summary(path: Path, top: int) -> str:
     return "\n".join([*lines, "```", ""])
 
 
-def source_lines(sass: Path) -> list[tuple[str, str]]:
-    """(opcode, file:line) per instruction of an `nvdisasm -g` listing, in order."""
-    where = "?"
-    out = []
-    for line in sass.read_text().splitlines():
-        m = re.search(r'//## File "([^"]+)", line (\d+)', line)
-        if m:
-            where = f"{Path(m.group(1)).name}:{m.group(2)}"
-            continue
-        m = re.match(r"\s+/\*[0-9a-f]{4,}\*/\s+(.*?);", line)
-        if m:
-            out.append((_opcode(m.group(1)), where))
-    return out
-
-
 def by_line(path: Path, sass: Path, top: int) -> str:
     """Samples summed per source line; ValueError if `sass` is not the profiled build."""
     ins = load(path)
-    src = source_lines(sass)
+    src = [(op, where or "?") for op, where in source_lines(sass.read_text())]
     if len(src) != len(ins):
         raise ValueError(f"{sass} has {len(src)} instructions, {path} {len(ins)}: another build")
     for n, (d, (op, _)) in enumerate(zip(ins, src, strict=True)):
-        if _opcode(d["src"]) != op:
-            raise ValueError(f"instruction {n}: {path} has {_opcode(d['src'])}, {sass} {op}: "
+        if opcode(d["src"]) != op:
+            raise ValueError(f"instruction {n}: {path} has {opcode(d['src'])}, {sass} {op}: "
                              "another build")
     total = sum(d["samples"] for d in ins) or 1
     samples: collections.Counter = collections.Counter()

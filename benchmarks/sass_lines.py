@@ -21,6 +21,34 @@ import sys
 import tempfile
 from pathlib import Path
 
+_LINE = re.compile(r'//## File "([^"]+)", line (\d+)')
+_INSTRUCTION = re.compile(r"\s+/\*[0-9a-f]{4,}\*/\s+(.*?);")
+
+
+def opcode(src: str) -> str:
+    """The opcode of one SASS instruction's text, without predicate and modifiers."""
+    words = src.split()
+    if not words:
+        return "?"
+    op = words[1] if words[0].startswith("@") and len(words) > 1 else words[0]
+    return op.split(".")[0]
+
+
+def source_lines(text: str) -> list[tuple[str, str | None]]:
+    """(opcode, "file:line") per instruction of an `nvdisasm -g` listing, in order; None before
+    the first source-line comment. benchmarks/ncu_sass_stalls.py --lines reads it too."""
+    where = None
+    out = []
+    for line in text.splitlines():
+        m = _LINE.search(line)
+        if m:
+            where = f"{Path(m.group(1)).name}:{m.group(2)}"
+            continue
+        m = _INSTRUCTION.match(line)
+        if m:
+            out.append((opcode(m.group(1)), where))
+    return out
+
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -65,25 +93,19 @@ def main() -> int:
                               text=True, check=True).stdout
     if args.sass:
         args.sass.write_text(text)
-    where = None
     counts: collections.Counter = collections.Counter()
     ops: dict = collections.defaultdict(collections.Counter)
-    for line in text.splitlines():
-        m = re.search(r'//## File "([^"]+)", line (\d+)', line)
-        if m:
-            where = (Path(m.group(1)).name, int(m.group(2)))
-            continue
-        m = re.match(r"\s+/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_.]+)", line)
-        if m and where:
+    for op, where in source_lines(text):
+        if where:
             counts[where] += 1
-            ops[where][m.group(1).split(".")[0]] += 1
+            ops[where][op] += 1
     print(f"{res.variant} {args.target}: {res.registers} registers, spills "
           f"{res.spill_stores}/{res.spill_loads} B, {sum(counts.values())} instructions "
           "with a source line\n")
     print("| instructions | source line | commonest opcodes |\n|---:|---|---|")
-    for (name, ln), c in counts.most_common(args.top):
-        common = " ".join(f"{o} {n}" for o, n in ops[(name, ln)].most_common(5))
-        print(f"| {c} | {name}:{ln} | {common} |")
+    for where, c in counts.most_common(args.top):
+        common = " ".join(f"{o} {n}" for o, n in ops[where].most_common(5))
+        print(f"| {c} | {where} | {common} |")
     return 0
 
 
