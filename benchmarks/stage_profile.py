@@ -129,9 +129,10 @@ def profile_head_dim(D: int, ceiling: float, doc: dict, out: Path) -> None:
                 "memory_only": functools.partial(memory_only, kernel, q, k, v, do, sinu, table,
                                                  outs),
             }
-            # The no-split switch patches the portable kernels' flags: the Gluon backward has no
-            # such switch, so its rows are split only (and say which path ran).
-            gluon = kernel == "bwd" and dispatch.gluon_bwd(q, sinu, 64, True, (q, k, v, do, *outs))
+            # The no-split switch patches the portable kernels' flags: the Gluon kernels have no
+            # such switch, so their rows are split only (and say which path ran).
+            gluon = (dispatch.gluon_bwd(q, sinu, 64, True, (q, k, v, do, *outs)) if kernel == "bwd"
+                     else dispatch.gluon_fwd(q, sinu, 64, (q, k, v, outs[0])))
             for name, fn in variants.items():
                 splits = (True,) if name == "memory_only" or gluon else (True, False)
                 for split in splits:

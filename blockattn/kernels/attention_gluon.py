@@ -162,14 +162,21 @@ def _centred_split(vb, V, start, n, h, stride_vt, stride_vh, lay: gl.constexpr,
 
 
 @gluon.jit
-def _probs_and_ds(sc, dp, n, qk_scale, s_lay: gl.constexpr):
-    """P = softmax over the n valid keys (log2 domain, fp32) and dS = P (dP - Di), Di summed
-    twice (first pass shifts dP by the fp32 Di, second sums the shifted terms). dS is returned
-    as its two factors (P, dP - Di): _split_product takes its lo from the exact residual."""
+def _probs(sc, n, qk_scale, s_lay: gl.constexpr):
+    """P = softmax over the n valid keys of the scores sc (scaled into the log2 domain), fp32:
+    tile_math._softmax's operations (the rotary forward's too)."""
     cols = gl.arange(0, sc.shape[1], layout=gl.SliceLayout(0, s_lay))
     sc = gl.where(gl.expand_dims(cols < n, 0), sc * qk_scale, float("-inf"))
     p = gl.exp2(sc - gl.expand_dims(gl.max(sc, axis=1), 1))
-    p = p / gl.expand_dims(gl.sum(p, axis=1), 1)
+    return p / gl.expand_dims(gl.sum(p, axis=1), 1)
+
+
+@gluon.jit
+def _probs_and_ds(sc, dp, n, qk_scale, s_lay: gl.constexpr):
+    """P (_probs) and dS = P (dP - Di), Di summed twice (first pass shifts dP by the fp32 Di,
+    second sums the shifted terms). dS is returned as its two factors (P, dP - Di):
+    _split_product takes its lo from the exact residual."""
+    p = _probs(sc, n, qk_scale, s_lay)
     dp = dp - gl.expand_dims(gl.sum(p * dp, axis=1), 1)
     return p, dp - gl.expand_dims(gl.sum(p * dp, axis=1), 1)
 

@@ -124,7 +124,9 @@ def all_variants() -> list[Variant]:
         for d in HEAD_DIMS
         for r in ROTARY_MODES
         if not (p == "hopper" and dt == "fp32")  # the Hopper path takes 16-bit inputs only
-        and not (p.startswith("gluon") and (k != "bwd" or dt == "fp32"))
+        and not (p.startswith("gluon") and dt == "fp32")
+        # the Gluon forward is the fused-rotary one only (attention_gluon_rotary_fwd)
+        and not (p.startswith("gluon") and k == "fwd" and (p == "gluon2" or r == "off"))
         and not (p == "gluon2" and r != "off")  # fused rotary: one chain per CTA
     ]
 
@@ -326,10 +328,13 @@ def _compile_gluon(variant: Variant, target: str, res: Result) -> Result:
 
     from blockattn.kernels import attention_gluon as G
     from blockattn.kernels import attention_gluon_rotary as GR
+    from blockattn.kernels import attention_gluon_rotary_fwd as GRF
 
     two = variant.path == "gluon2"
     rotary = variant.rotary != "off"
-    fn = GR._bwd_rot_kernel if rotary else G._bwd_kernel_ws if two else G._bwd_kernel
+    fwd = variant.kernel == "fwd"
+    fn = (GRF._fwd_rot_kernel if fwd else GR._bwd_rot_kernel if rotary
+          else G._bwd_kernel_ws if two else G._bwd_kernel)
     gdt = {"bf16": gl.bfloat16, "fp16": gl.float16}[variant.dtype]
     lay = gl.NVMMASharedLayout.get_default_for([G.BLOCK, variant.head_dim], gdt)
     signature: dict[str, str] = {}
@@ -340,7 +345,7 @@ def _compile_gluon(variant: Variant, target: str, res: Result) -> Result:
             signature[name] = "constexpr"
         elif name.endswith("_desc"):
             signature[name] = f"tensordesc<{variant.dtype}[{G.BLOCK}, {variant.head_dim}],{lay!r}>"
-        elif name in ("V", "DQ", "DK", "DV"):
+        elif name in ("V", "O", "DQ", "DK", "DV"):
             signature[name] = f"*{variant.dtype}"
             attrs[(i,)] = [["tt.divisibility", 16]]  # as the JIT specialises them (see above)
         elif name == "SIN":
@@ -357,14 +362,19 @@ def _compile_gluon(variant: Variant, target: str, res: Result) -> Result:
         else:
             raise RuntimeError(f"{fn.__name__}: argument {name} unknown to compile-check")
     num_warps = 4
-    constexprs = dict(H=N_HEADS, IS_BF16=variant.dtype == "bf16", num_warps=num_warps)
+    constexprs: dict[str, Any] = dict(H=N_HEADS, num_warps=num_warps)
+    if not fwd:
+        constexprs["IS_BF16"] = variant.dtype == "bf16"
     if two:
         constexprs["WORKER_REGS"] = G.WORKER_REGS
     if rotary:
         constexprs["ROTATE_V"] = variant.rotary == "rot"
     src = GluonASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
     res.num_warps = 2 * num_warps if two else num_warps  # the worker warpgroup counts too
-    kernel = _build(src, TARGETS[target], {"num_warps": num_warps}, res)
+    options: dict[str, Any] = {"num_warps": num_warps}
+    if fwd and variant.head_dim in GRF.MAX_REGISTERS:  # the launch's register cap
+        options["maxnreg"] = GRF.MAX_REGISTERS[variant.head_dim]
+    kernel = _build(src, TARGETS[target], options, res)
     res.mma_counts = count_mma(kernel.asm["ptx"])
     res.mma_counts[TMA_OPCODE] = kernel.asm["ptx"].count(TMA_OPCODE)
     n_mma = res.mma_counts[MMA_OPCODE[90]]
@@ -373,7 +383,7 @@ def _compile_gluon(variant: Variant, target: str, res: Result) -> Result:
         res.failures.append(f"no {MMA_OPCODE[90]} in the PTX")
     if not res.mma_counts[TMA_OPCODE]:
         res.failures.append(f"no {TMA_OPCODE} (TMA) in the Gluon path's PTX")
-    if rotary:  # its measured budget (attention_gluon_rotary.ACCEPTED_SPILL_BYTES), else 0 B
+    if rotary and not fwd:  # its measured budget (GR.ACCEPTED_SPILL_BYTES), else 0 B
         key = (variant.dtype, variant.head_dim, variant.rotary == "rot")
         res.accepted_spill_bytes = GR.ACCEPTED_SPILL_BYTES.get(key, 0)
     if max(res.spill_stores or 0, res.spill_loads or 0) > res.accepted_spill_bytes:
@@ -381,7 +391,8 @@ def _compile_gluon(variant: Variant, target: str, res: Result) -> Result:
                             f"({res.registers} registers; accepted: {res.accepted_spill_bytes} B)")
     if res.smem + res.static_smem > MAX_SMEM_PER_CTA:
         res.failures.append(f"shared memory {res.smem} B > {MAX_SMEM_PER_CTA} B per CTA")
-    want = 1 if two else GR.PROGRAMS_PER_SM if rotary else G.PROGRAMS_PER_SM[variant.head_dim]
+    want = (1 if two else GRF.PROGRAMS_PER_SM[variant.head_dim] if fwd
+            else GR.PROGRAMS_PER_SM if rotary else G.PROGRAMS_PER_SM[variant.head_dim])
     if res.ctas_per_sm < want:
         res.failures.append(f"{res.ctas_per_sm} CTAs fit per SM; its launch puts {want}")
     return res

@@ -1,6 +1,7 @@
 """Which kernel path runs a launch: the portable kernels (`attention.py`), the opt-in Hopper
-TMA path (`attention_hopper.py`) or the Gluon backward (`attention_gluon.py`; fused rotary:
-`attention_gluon_rotary.py`). It sits above
+TMA path (`attention_hopper.py`), the Gluon backward (`attention_gluon.py`; fused rotary:
+`attention_gluon_rotary.py`) or the Gluon fused-rotary forward
+(`attention_gluon_rotary_fwd.py`). It sits above
 them, so no path imports another's launcher; ops, the bench and the tools launch through
 `attention_fwd` / `attention_bwd` here."""
 
@@ -19,8 +20,9 @@ from blockattn.kernels.tiles import TileTable
 try:  # written against triton 3.6's Gluon Hopper API; another triton may lack it
     from blockattn.kernels import attention_gluon as G
     from blockattn.kernels import attention_gluon_rotary as GR
+    from blockattn.kernels import attention_gluon_rotary_fwd as GRF
 except ImportError as exc:
-    G = GR = None
+    G = GR = GRF = None
     _NO_GLUON = f"this triton's Gluon lacks what the path uses ({exc})"
 
 
@@ -61,6 +63,30 @@ def gluon_bwd(q: Tensor, sinu_pos: Tensor | None, block_size: int, centred: bool
         why = _NO_GLUON
     else:  # a fused-rotary backward goes to attention_gluon_rotary
         why = (G if sinu_pos is None else GR).unsupported(q, sinu_pos, block_size, centred)
+    return _gluon_runs(why, want, "backward", q, tensors)
+
+
+def gluon_fwd(q: Tensor, sinu_pos: Tensor | None, block_size: int,
+              tensors: tuple[Tensor, ...]) -> bool:
+    """Whether the Gluon fused-rotary forward (attention_gluon_rotary_fwd) runs this launch: a
+    plain forward never does (the portable forward is at the copy ceiling). As gluon_bwd:
+    BLOCKATTN_KERNEL_PATH=gluon forces it (raising where it cannot run), prefer-gluon takes it
+    wherever it can run, "auto" on sm_90 for the dtypes and head dims in its CONFIGS."""
+    want = _wanted()
+    if sinu_pos is None or want not in ("auto", "gluon", "prefer-gluon"):
+        return False
+    if want == "auto" and (INTERPRET or GRF is None
+                           or q.shape[2] not in GRF.CONFIGS.get(q.dtype, ())):
+        return False  # no measured config: skip the checks below on every launch
+    why = _NO_GLUON if GRF is None else GRF.unsupported(q, sinu_pos, block_size)
+    return _gluon_runs(why, want, "forward", q, tensors)
+
+
+def _gluon_runs(why: str | None, want: str, kernel: str, q: Tensor,
+                tensors: tuple[Tensor, ...]) -> bool:
+    """Whether a Gluon kernel runs, given why its module says it cannot (or None): it also
+    needs an sm_90 GPU (no interpreter) and tensors TMA can walk. Forced (want "gluon") and
+    unable: an error naming the reason."""
     if why is None and INTERPRET:
         why = "Gluon kernels have no interpreter (TRITON_INTERPRET=1)"
     elif why is None and not _on_sm90(q):
@@ -68,7 +94,7 @@ def gluon_bwd(q: Tensor, sinu_pos: Tensor | None, block_size: int, centred: bool
     elif why is None and not AH.eligible(*tensors):
         why = "TMA needs 16-byte aligned, head-packed (T, H, D) tensors with unit stride along D"
     if why and want == "gluon":
-        raise RuntimeError(f"BLOCKATTN_KERNEL_PATH=gluon cannot run this backward: {why}")
+        raise RuntimeError(f"BLOCKATTN_KERNEL_PATH=gluon cannot run this {kernel}: {why}")
     return why is None
 
 
@@ -109,6 +135,8 @@ def attention_fwd(q: Tensor, k: Tensor, v: Tensor, table: TileTable, sinu_pos: T
                   out: Tensor | None = None) -> Tensor:
     """Forward launch on validated inputs (unit stride along D). Returns O (T, H, D)."""
     o = torch.empty(q.shape, dtype=q.dtype, device=q.device) if out is None else out
+    if gluon_fwd(q, sinu_pos, block_size, (q, k, v, o)):
+        return GRF.launch_fwd(q, k, v, o, table, sinu_pos, scale, rotate_v)
     if kernel_path("fwd", q, sinu_pos, (q, k, v)) == "hopper":
         return AH.launch_fwd(q, k, v, o, table, sinu_pos, scale, block_size, rotate_v)
     return portable.launch_fwd(q, k, v, table, sinu_pos, scale, block_size, rotate_v, o)

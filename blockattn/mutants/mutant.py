@@ -21,6 +21,8 @@ PREFER_GLUON = (("BLOCKATTN_KERNEL_PATH", "prefer-gluon"),)
 # rotary backward it can run to it (fp16 too); its own GPU tests call it directly.
 GLUON_ROTARY = "kernels/attention_gluon_rotary.py"
 GLUON_ROTARY_TESTS = ("tests/kernels/test_gluon_rotary.py",)
+# The Gluon fused-rotary forward (the default on sm_90), judged by the same tests file.
+GLUON_ROTARY_FWD = "kernels/attention_gluon_rotary_fwd.py"
 # Force the Gluon path's one-chain kernel (_bwd_kernel) or its two-chain kernel (_consumer)
 # whatever the GPU's default (attention_gluon.chains), so each mutant runs the code it mutates.
 GLUON_CHAINS_1 = (("BLOCKATTN_GLUON_CHAINS", "1"),)

@@ -30,8 +30,10 @@ def test_variant_matrix_is_complete() -> None:
     names = [v.name for v in cc.all_variants()]
     # portable: kernel x dtype x head dim x rotary; Hopper path: the same without fp32; Gluon
     # path (one and two chains): the plain backward in bf16 and fp16 at both head dims; its
-    # fused-rotary kernel (one chain) with and without rotate_v
-    assert len(names) == len(set(names)) == 2 * 3 * 2 * 3 + 2 * 2 * 2 * 3 + 2 * 2 * 2 + 2 * 2 * 2
+    # fused-rotary kernels (one chain, backward and forward) with and without rotate_v
+    assert len(names) == len(set(names)) == (2 * 3 * 2 * 3 + 2 * 2 * 2 * 3 + 2 * 2 * 2
+                                             + 2 * 2 * 2 * 2)
+    assert "fwd-bf16-d128-rot-gluon" in names and "fwd-bf16-d128-rot-gluon2" not in names
     assert "bwd-fp32-d64-rot-qk" in names
     assert "bwd-bf16-d128-rot-hopper" in names and "fwd-fp32-d64-off-hopper" not in names
     assert "bwd-fp16-d64-off-gluon" in names and "fwd-bf16-d64-off-gluon" not in names
@@ -129,6 +131,7 @@ def test_placed_d64_rotary_variants_spill_free() -> None:
     for r in results:
         assert r.error is None, f"{r.variant} {r.target}: {r.error}"
         assert (r.spill_stores, r.spill_loads, r.accepted_spill_bytes) == (0, 0, 0), r
+        assert r.ok, f"{r.variant}: {r.failures}"  # incl. the CTAs per SM its launch puts
     assert A.placement_flags("fwd", 64, torch.bfloat16, True, True)["V_LATE"]
     assert A.placement_flags("fwd", 64, torch.bfloat16, False, True) == dict(
         K_SITE=0, V_SITE=0, V_LATE=False, PACKED=True), "placements apply to fused rotary only"
@@ -141,24 +144,27 @@ def test_placed_d64_rotary_variants_spill_free() -> None:
 def test_full_matrix_passes() -> None:
     results = cc.run_check(cc.all_variants(), jobs=os.cpu_count())
     # portable: fp32's 12 variants are not built for sm_100; Hopper path: 24 variants, sm_90 only;
-    # Gluon path: 4 plain variants per chain count and 8 fused-rotary two-chain ones, sm_90 only
-    assert len(results) == 72 - 12 + 24 + 16
+    # Gluon path: 4 plain variants per chain count and 8 fused-rotary one-chain ones per kernel
+    # (bwd, fwd), sm_90 only
+    assert len(results) == 72 - 12 + 24 + 24
     bad = [f"{r.variant} {r.target}: {r.error or '; '.join(r.failures)}" for r in results
            if not r.ok]
     assert not bad, "\n".join(bad)
 
 
-def test_gluon_backward_builds_spill_free() -> None:
-    """Every Gluon backward build (plain one and two chains, fused rotary with and without
-    rotate_v, bf16 and fp16, D = 64 and 128) spills 0 B on sm_90 with no budget: the rotary
+def test_gluon_builds_spill_free() -> None:
+    """Every Gluon build (the backward: plain one and two chains, fused rotary with and without
+    rotate_v; the fused-rotary forward; bf16 and fp16, D = 64 and 128) spills 0 B on sm_90 with
+    no budget, and fits the CTAs per SM its launch puts: the rotary backward's
     D = 128 builds spilled 4-40 B until their hoisted row offsets and dV's rotate-back were
     moved (attention_gluon_rotary.ACCEPTED_SPILL_BYTES). A kernel edit that brings spills back
     fails here on CPU, before a GPU run."""
     from blockattn.kernels import attention_gluon_rotary as GR
 
     assert GR.ACCEPTED_SPILL_BYTES == {}
-    results = cc.run_check(cc.select_variants("bwd-*-gluon*"), targets=["sm_90"], jobs=2)
-    assert len(results) == 16
+    results = cc.run_check(cc.select_variants("*-gluon*"), targets=["sm_90"], jobs=2)
+    assert len(results) == 24
     for r in results:
         assert r.error is None, f"{r.variant}: {r.error}"
         assert (r.spill_stores, r.spill_loads, r.accepted_spill_bytes) == (0, 0, 0), r
+        assert r.ok, f"{r.variant}: {r.failures}"  # incl. the CTAs per SM its launch puts

@@ -23,6 +23,7 @@ from split_bound import split_operand_violations
 from blockattn.kernels import attention as A
 from blockattn.kernels import attention_gluon as G
 from blockattn.kernels import attention_gluon_rotary as GR
+from blockattn.kernels import attention_gluon_rotary_fwd as GRF
 from blockattn.kernels import compile_check, dispatch
 from blockattn.kernels.tiles import build_tile_table
 
@@ -105,7 +106,7 @@ def test_gluon_dispatch_modes(monkeypatch) -> None:
     else:
         with pytest.raises(RuntimeError, match=r"interpreter|sm_90"):
             call()
-    # the forward has no Gluon path: a forced Gluon backward leaves the forward its default
+    # the plain forward has no Gluon path: a forced Gluon backward leaves it its default
     assert dispatch.kernel_path("fwd", q, None, (q,)) in ("portable", "hopper")
     monkeypatch.delenv("BLOCKATTN_KERNEL_PATH")
     monkeypatch.setattr(G, "CONFIGS", {})  # auto: no measured config, no Gluon path
@@ -128,6 +129,36 @@ def test_gluon_dispatch_modes(monkeypatch) -> None:
     assert not dispatch.gluon_bwd(half, sinu_pos, 64, True, (half,))  # fp16: not measured faster
     monkeypatch.setattr(GR, "CONFIGS", {})
     assert not rot()
+
+
+def test_gluon_fwd_dispatch_modes(monkeypatch) -> None:
+    q = _meta()
+    sinu_pos = torch.empty(8, 128, device=DEVICE)
+    fwd = lambda t=q, s=sinu_pos, bs=64: dispatch.gluon_fwd(t, s, bs, (t,))
+    monkeypatch.setenv("BLOCKATTN_KERNEL_PATH", "prefer-gluon")
+    assert fwd() == ON_SM90
+    assert not fwd(q, None)  # a plain forward never takes it
+    assert not fwd(q, sinu_pos, 32)
+    strided = torch.empty(8, 4, 128, dtype=torch.bfloat16, device=DEVICE)[:, ::2]
+    assert not fwd(strided)
+    for mode in ("portable", "hopper", "prefer-hopper"):
+        monkeypatch.setenv("BLOCKATTN_KERNEL_PATH", mode)
+        assert not fwd(), mode
+    monkeypatch.setenv("BLOCKATTN_KERNEL_PATH", "gluon")
+    assert not fwd(q, None)  # forced Gluon: the plain forward keeps its default, no error
+    with pytest.raises(RuntimeError, match="cannot run this forward: block_size=32"):
+        fwd(q, sinu_pos, 32)
+    if ON_SM90:
+        assert fwd()
+    else:
+        with pytest.raises(RuntimeError, match=r"forward: .*(interpreter|sm_90)"):
+            fwd()
+    monkeypatch.delenv("BLOCKATTN_KERNEL_PATH")
+    monkeypatch.setattr(GRF, "CONFIGS", {})  # auto: no measured config, no Gluon forward
+    assert not fwd()
+    monkeypatch.setattr(GRF, "CONFIGS", {torch.bfloat16: (128,)})
+    assert fwd() == ON_SM90
+    assert not fwd(_meta(D=64))
 
 
 # ----------------------------------------------------------------------------- GPU: the kernel
