@@ -16,6 +16,7 @@ from blockattn.mutants.mutant import (
     GLUON_ROTARY_TESTS,
     HOPPER,
     OPS,
+    PORTABLE,
     PREFER_GLUON,
     PREFER_HOPPER,
     TILE_MATH,
@@ -483,6 +484,7 @@ ROTARY: tuple[Mutant, ...] = (
         "    _fwd_out(p, v, h, start, n, O, SIN, stride_ot, stride_oh, stride_st, HEAD_DIM, "
         "BLOCK,\n             ROTARY,",
         "forward rotates V whenever rotary is on, ignoring rotate_v=False",
+        env=PORTABLE,  # survived on an H200 without it (its rotary fwd is Gluon)
     ),
     # The rotary backward in column chunks (_bwd_chunks, the D = 128 default): its own table
     # offsets, operand bookkeeping and store calls. The quick tier's rotary cases are D = 64

@@ -51,6 +51,7 @@ PRECISION: tuple[Mutant, ...] = (
         "acc = _mma_split(p_hi, p_lo, v_hi, v_lo, acc, True, ROTATE_V, IEEE, INTERPRET)",
         "acc = _mma_split(p_hi, p_lo, v_hi, v_lo, acc, True, False, IEEE, INTERPRET)",
         "forward PV drops the rotated V's lo half (rotate_v)",
+        env=PORTABLE,  # survived on an H200 without it (its rotary fwd is Gluon)
     ),
     Mutant(
         "fwd-qk-lo-dropped",
@@ -59,6 +60,7 @@ PRECISION: tuple[Mutant, ...] = (
         "p = _probs(q_hi, q_lo, k_hi, k_lo, n, qk_scale, ROTARY and SPLIT, IEEE, INTERPRET, BLOCK)",
         "p = _probs(q_hi, q_lo, k_hi, k_lo, n, qk_scale, False, IEEE, INTERPRET, BLOCK)",
         "forward QK^T drops the rotated q and k lo halves (rotary; the backward keeps them)",
+        env=PORTABLE,  # survived on an H200 without it (its rotary fwd is Gluon)
     ),
     Mutant(
         "s-rounded-before-softmax",
