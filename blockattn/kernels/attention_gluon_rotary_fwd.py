@@ -31,7 +31,20 @@ row stores (attention_gluon._put).
 One chain per CTA, persistent over the tiles; the CTAs per SM are PROGRAMS_PER_SM (registers
 and shared memory, compile-check gates both). Buffers, (BM, D) each: A, B, C take q, k, V by TMA;
 q's lo goes to E, k's to F, V's to G; P's halves to their own pair. S's MMAs run while V is
-rotated; the next tile's q, k load once S is done, its V once O is; O leaves through E.
+rotated; the next tile's q, k load once S is done, its V once O is; O leaves through E. The
+next tile's sin/cos (read straight into registers, L2 hits after a block's first head) are
+loaded once V is rotated, so they arrive under this tile's softmax and O: loaded at the top
+of each tile instead, their wait was on the chain (H200 same-run A/B, shape P bf16: D = 128
+0.835x / 0.831x the time, rotate_v / q, k only; D = 64 0.980x / 0.962x;
+results/h200_2026-11-27b/ab_fwd_variants, which also has P as the O MMAs' register operand:
+0.96-0.99x alone, 1-2 % more with the prefetch, but 4 B spilled at D = 64).
+
+Measured against the portable rotary forward it replaces on sm_90 (same-run A/Bs, shape P,
+without the table prefetch: results/h200_2026-11-27b/ab_gluon_rotary_fwd,
+results/h100_2026-11-27b/ab_gluon_rotary_fwd): H200 bf16 D = 128 0.911x / 0.869x, D = 64 0.880x
+/ 0.888x, fp16 0.875-0.953x; H100 bf16 D = 128 1.004x / 0.848x, D = 64 0.891x / 0.894x, fp16
+0.889-0.941x. The bf16 D = 128 rotate_v forward was a tie on the H100 there; the portable one
+spills 40 B on sm_90, this one 0 B.
 Gluon has no interpreter: off an sm_90 GPU this path never runs (dispatch falls back) and the
 CPU tests compile it ahead of time for sm_90.
 """
@@ -102,6 +115,7 @@ def _fwd_rot_kernel(q_desc, k_desc, v_desc, o_desc, O, SIN, tile_start, tile_len
     _load_pair(q_desc, k_desc, start.to(gl.int32), h * HD, bar_qk, a_s, b_s, n_my > 0)
     mbarrier.expect(bar_v, v_desc.block_type.nbytes, pred=n_my > 0)
     tma.async_copy_global_to_shared(v_desc, [start.to(gl.int32), h * HD], bar_v, c_s, n_my > 0)
+    sin, cos = _table(SIN, start, n, stride_st, rp_lay, BM, HD // 2)
     for i in range(n_my):
         t = vp + i * n_vp
         more = i + 1 < n_my
@@ -109,7 +123,6 @@ def _fwd_rot_kernel(q_desc, k_desc, v_desc, o_desc, O, SIN, tile_start, tile_len
         nx_start, nx_n, nx_h = _tile_at(gl.minimum(t + n_vp, n_tiles - 1), tile_start, tile_len,
                                         H)
         nrow = nx_start.to(gl.int32)
-        sin, cos = _table(SIN, start, n, stride_st, rp_lay, BM, HD // 2)
         mbarrier.wait(bar_qk, i & 1)
         if n > 0:
             tma.store_wait(pendings=0)  # the last tile's O has left E
@@ -126,6 +139,8 @@ def _fwd_rot_kernel(q_desc, k_desc, v_desc, o_desc, O, SIN, tile_start, tile_len
             if ROTATE_V:
                 _rotate_split(c_s, g_s, sin, cos, r_lay, n, False)
             fence_async_shared()
+            # the next tile's table, in flight during this one's softmax and O
+            sin, cos = _table(SIN, nx_start, nx_n, stride_st, rp_lay, BM, HD // 2)
             sc = warpgroup_mma_wait(0, deps=[sc])
             _load_pair(q_desc, k_desc, nrow, nx_h * HD, bar_qk, a_s, b_s, more)
             p = _probs(sc, n, qk_scale, s_lay)
@@ -143,6 +158,7 @@ def _fwd_rot_kernel(q_desc, k_desc, v_desc, o_desc, O, SIN, tile_start, tile_len
             tma.async_copy_global_to_shared(v_desc, [nrow, nx_h * HD], bar_v, c_s, more)
             _put(o.to(dtype), e_s, o_desc, O, start, n, h, stride_ot, stride_oh, r_lay)
         else:
+            sin, cos = _table(SIN, nx_start, nx_n, stride_st, rp_lay, BM, HD // 2)
             mbarrier.wait(bar_v, i & 1)
             _load_pair(q_desc, k_desc, nrow, nx_h * HD, bar_qk, a_s, b_s, more)
             mbarrier.expect(bar_v, v_desc.block_type.nbytes, pred=more)
@@ -164,14 +180,18 @@ def unsupported(q: Tensor, sinu_pos: Tensor, block_size: int) -> str | None:
 
 # ----------------------------------------------------------------------------- launcher
 
-# {head dim: CTAs per SM}: D = 128 takes 112 KB of shared memory and 249-255 registers (two
-# fit), D = 64 64 KB and, capped by MAX_REGISTERS, 168 (three fit).
+# {head dim: CTAs per SM}: D = 128 takes 112 KB of shared memory and up to 255 registers (two
+# fit), D = 64 64 KB and, capped by MAX_REGISTERS, 168 (three fit; H200 A/B against two CTAs
+# without the cap: 0.899x / 0.868x the time, results/h200_2026-11-27b/ab_gluon_rotary_fwd).
 PROGRAMS_PER_SM: dict[int, int] = {128: 2, 64: 3}
 # {head dim: ptxas register cap (maxnreg)}: without it the bf16 D = 64 rotate_v build takes 185
 # registers, which fits two CTAs per SM, not three; at 168 it spills 0 B (compile-check).
 MAX_REGISTERS: dict[int, int] = {64: 168}
-# {dtype: head dims} where `auto` sends a fused-rotary forward here on sm_90 (dispatch.gluon_fwd).
-CONFIGS: dict[torch.dtype, tuple[int, ...]] = {torch.bfloat16: (64, 128), torch.float16: (64, 128)}
+# {dtype: head dims} where `auto` sends a fused-rotary forward here on sm_90 (dispatch.gluon_fwd):
+# every 16-bit config, each measured faster than the portable rotary forward or (bf16 D = 128
+# rotate_v on the H100) tied and spill-free (module docstring).
+CONFIGS: dict[torch.dtype, tuple[int, ...]] = {torch.bfloat16: (64, 128),
+                                               torch.float16: (64, 128)}
 
 
 def launch_fwd(q: Tensor, k: Tensor, v: Tensor, o: Tensor, table: TileTable, sinu_pos: Tensor,
