@@ -21,7 +21,10 @@ CTAs per SM its launch puts must fit. Its two-chain kernel (names ending "-gluon
 the default at D = 128 on the H200) is gated the same way, at 1 CTA of 8 warps per SM. The Gluon
 fused-rotary backward (attention_gluon_rotary, "-rot-gluon" and "-rot-qk-gluon": one chain, the
 bf16 default) must build with MMAs, TMA and its 2 CTAs per SM, and spill no more than its
-measured budget (attention_gluon_rotary.ACCEPTED_SPILL_BYTES; 0 B where it has none).
+measured budget (attention_gluon_rotary.ACCEPTED_SPILL_BYTES; 0 B where it has none). The Gluon
+fused-rotary forward (attention_gluon_rotary_fwd, "fwd-*-rot*-gluon", the 16-bit default on
+sm_90) is gated the same way at 0 B, built with its launch's register cap (MAX_REGISTERS) and
+held to the CTAs per SM its launch puts (PROGRAMS_PER_SM).
 
 The build must not see TRITON_INTERPRET=1: under it `@triton.jit` returns interpreter functions
 and `attention.INTERPRET` turns on the CPU shims. So the compiles always run in fresh worker
@@ -56,7 +59,8 @@ HEAD_DIMS = (64, 128)
 ROTARY_MODES = ("off", "rot", "rot-qk")
 # hopper: the opt-in Triton TMA path, sm_90, 16-bit inputs only; gluon: the Gluon backward
 # (attention_gluon), sm_90, 16-bit, plain, and the fused-rotary one
-# (attention_gluon_rotary._bwd_rot_kernel); gluon2: the plain two-chain kernel (_bwd_kernel_ws)
+# (attention_gluon_rotary._bwd_rot_kernel), and the fused-rotary forward
+# (attention_gluon_rotary_fwd); gluon2: the plain two-chain kernel (_bwd_kernel_ws)
 PATHS = ("portable", "hopper", "gluon", "gluon2")
 TMA_OPCODE = "cp.async.bulk.tensor"
 TARGETS = {"sm_90": 90, "sm_100": 100}
@@ -321,8 +325,9 @@ def _compile_one(variant: Variant, target: str) -> Result:
 
 
 def _compile_gluon(variant: Variant, target: str, res: Result) -> Result:
-    """The Gluon backward (attention_gluon): a default path where its CONFIGS name the head
-    dim, so its spills are gated like the portable kernels' (accepted: 0 B)."""
+    """The Gluon kernels (the backward, plain and fused rotary; the fused-rotary forward):
+    default paths where their CONFIGS name the head dim, so their spills are gated like the
+    portable kernels' (accepted: 0 B unless a measured budget says otherwise)."""
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon._runtime import GluonASTSource
 
