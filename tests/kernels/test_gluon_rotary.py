@@ -45,6 +45,9 @@ def test_gluon_rotary_builds_for_sm90() -> None:
 LENGTHS = [100, 37, 0, 64, 5, 209]  # partial blocks of 36, 37, 5, 17 rows; an empty sequence
 H = 2
 ROTATE_V = pytest.mark.parametrize("rotate_v", [True, False], ids=["rot-v", "rot-qk"])
+DTYPE_D = pytest.mark.parametrize("dtype,D", [(torch.bfloat16, 128), (torch.bfloat16, 64),
+                                              (torch.float16, 128), (torch.float16, 64)],
+                                  ids=["bf16-d128", "bf16-d64", "fp16-d128", "fp16-d64"])
 
 
 def _inputs(D: int, dtype: torch.dtype, lengths: list[int], seed: int):
@@ -62,9 +65,7 @@ def _gluon(q, k, v, do, off, sinu, rotate_v) -> tuple[torch.Tensor, ...]:
 
 
 @gpu_only
-@pytest.mark.parametrize("dtype,D", [(torch.bfloat16, 128), (torch.bfloat16, 64),
-                                     (torch.float16, 128), (torch.float16, 64)],
-                         ids=["bf16-d128", "bf16-d64", "fp16-d128", "fp16-d64"])
+@DTYPE_D
 @ROTATE_V
 def test_gluon_rotary_inside_the_bound_and_near_portable(dtype, D, rotate_v) -> None:
     q, k, v, do, off, sinu = _inputs(D, dtype, LENGTHS, seed=11)
@@ -118,9 +119,7 @@ def _gluon_fwd(q, k, v, off, sinu, rotate_v) -> torch.Tensor:
 
 
 @gpu_only
-@pytest.mark.parametrize("dtype,D", [(torch.bfloat16, 128), (torch.bfloat16, 64),
-                                     (torch.float16, 128), (torch.float16, 64)],
-                         ids=["bf16-d128", "bf16-d64", "fp16-d128", "fp16-d64"])
+@DTYPE_D
 @ROTATE_V
 def test_gluon_rotary_fwd_inside_the_bound_and_near_portable(dtype, D, rotate_v) -> None:
     q, k, v, _, off, sinu = _inputs(D, dtype, LENGTHS, seed=21)
