@@ -18,7 +18,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--variants",
         default=None,
         help="comma-separated globs on variant names, e.g. 'fwd-bf16-*,bwd-*-d128-rot' "
-        "(names: {fwd,bwd}-{bf16,fp16,fp32}-d{64,128}-{off,rot,rot-qk}[-hopper]; default: all)",
+        "(names: {fwd,bwd}-{bf16,fp16,fp32}-d{64,128}-{off,rot,rot-qk}[-hopper|-gluon|-gluon2]; "
+        "default: all)",
     )
     parser.add_argument(
         "--targets",

@@ -110,7 +110,7 @@ def kernel_path(kernel: str, q: Tensor, sinu_pos: Tensor | None, loaded: tuple[T
     """
     want = _wanted()
     if want in ("gluon", "prefer-gluon"):
-        want = "auto"  # the Gluon choice is gluon_bwd's; the rest takes the default
+        want = "auto"  # the Gluon choices are gluon_bwd's and gluon_fwd's; the rest: default
     if want == "portable" or (want == "auto" and INTERPRET):
         return "portable"
     if want == "auto" and (kernel, sinu_pos is not None, q.shape[2]) not in AH.CONFIGS:
