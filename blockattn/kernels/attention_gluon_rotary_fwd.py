@@ -180,7 +180,7 @@ def unsupported(q: Tensor, sinu_pos: Tensor, block_size: int) -> str | None:
 
 # ----------------------------------------------------------------------------- launcher
 
-# {head dim: CTAs per SM}: D = 128 takes 112 KB of shared memory and up to 255 registers (two
+# {head dim: CTAs per SM}: D = 128 takes 96-112 KB of shared memory and 222-239 registers (two
 # fit), D = 64 64 KB and, capped by MAX_REGISTERS, 168 (three fit; H200 A/B against two CTAs
 # without the cap: 0.899x / 0.868x the time, results/h200_2026-11-27b/ab_gluon_rotary_fwd).
 PROGRAMS_PER_SM: dict[int, int] = {128: 2, 64: 3}
