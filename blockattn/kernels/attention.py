@@ -259,9 +259,10 @@ CONFIGS: dict[tuple[str, bool, int], LaunchConfig] = {
 # Where one 16-bit dtype measured another config faster, over CONFIGS.
 DTYPE_CONFIGS: dict[tuple[str, bool, int, torch.dtype], LaunchConfig] = {
     ("fwd", True, 128, torch.float16): LaunchConfig(4, 1, 0, chunks=2),
-    # the rotary D = 64 kernels' spills differ by dtype (PLACEMENTS): fp16's forward keeps 40 B
-    # (sm_90, rotate_v), its backward none; bf16's in CONFIGS (fwd 0 B, bwd 16 B on sm_90)
-    ("fwd", True, 64, torch.float16): LaunchConfig(4, 1, 0, maxnreg=128, accepted_spill_bytes=40),
+    # the rotary D = 64 kernels' spills differ by dtype (PLACEMENTS): fp16's forward and
+    # backward spill none (the forward since its placements of 2026-11-27; 40 / 4 B before),
+    # bf16's in CONFIGS (fwd 0 B, bwd 16 B on sm_90)
+    ("fwd", True, 64, torch.float16): LaunchConfig(4, 1, 0, maxnreg=128),
     ("bwd", True, 64, torch.float16): LaunchConfig(4, 2, 0, maxnreg=168),
 }
 
@@ -315,8 +316,16 @@ class Placement:
 # above keeps 0 B where it was) and D128 q/k only 0 -> 12 B (1.076x). H200 same-run A/B at
 # aff7cfe (results/h200_2026-11-27/ab_packed_tile_math_aff7cfe/): rotary fwd D128 rotate_v
 # 0.917, q/k 1.000, D64 1.000, 0.974; 0 elements apart.
+# Since 9fbf09b the Gluon rotary forward is the default on sm_90 (attention_gluon_rotary_fwd),
+# so there the portable rotary forwards run only for inputs TMA cannot walk, and on sm_100 they
+# are the default: the fp16 D = 64 forwards take their spill-free placements after all (rotate_v
+# 0 / 4 B -> 0 / 0 with V late and its table apart; q/k only 0 / 24 B -> 0 / 0 with k's table
+# apart). Their Hopper prices above (1.057; 1.022-1.042) now fall on that fallback only; no
+# Blackwell was lent to time them there.
 PLACEMENTS: dict[tuple[str, int, torch.dtype, bool], Placement] = {
     ("fwd", 64, torch.bfloat16, True): Placement(v_late=True, packed=False),
+    ("fwd", 64, torch.float16, True): Placement(v_site=1, v_late=True),
+    ("fwd", 64, torch.float16, False): Placement(k_site=1),
     ("fwd", 128, torch.bfloat16, False): Placement(packed=False),
     ("bwd", 64, torch.float16, True): Placement(k_site=1, v_site=1),
     ("bwd", 64, torch.float16, False): Placement(k_site=1),

@@ -397,3 +397,39 @@ def test_rotary_fwd_chunks_match_whole_tile(dtype: torch.dtype, rotate_v: bool, 
     got = [A.launch_fwd(q, k, v, table, sinu, D**-0.5, 64, rotate_v,
                         torch.full_like(q, float("nan")), chunks=chunks) for chunks in (2, 1)]
     _assert_within_ulp_and_scale("O", *got)
+
+
+def _placed(A, kernel: str, D: int, dtype: torch.dtype, rotate_v: bool) -> tuple:
+    """The portable fused-rotary kernel's outputs at the current placements (O, or dQ, dK, dV),
+    poisoned with NaN first so an unwritten element shows."""
+    case = make_case(lengths=[0, 1, 37, 64, 65, 129], H=2, D=D, dtype=dtype, seed=17)
+    q, k, v, sinu = (t.to(DEVICE) for t in (case.q, case.k, case.v, case.sinu_pos))
+    table = build_tile_table(case.offsets.to(DEVICE), q.shape[0], 64)
+    if kernel == "fwd":
+        return (A.launch_fwd(q, k, v, table, sinu, D**-0.5, 64, rotate_v,
+                             torch.full_like(q, float("nan"))),)
+    do = torch.randn(q.shape, generator=torch.Generator().manual_seed(18)).to(q)
+    grads = tuple(torch.full_like(q, float("nan")) for _ in range(3))
+    return A.launch_bwd(q, k, v, do, table, sinu, D**-0.5, 64, rotate_v, grads)
+
+
+@pytest.mark.parametrize("key", ["fwd-64-fp16-rotate-v", "fwd-64-fp16-rotate-qk",
+                                 "fwd-64-bf16-rotate-v", "bwd-64-fp16-rotate-v"])
+def test_rotary_placements_change_no_arithmetic(monkeypatch, key: str) -> None:
+    """A table placement (attention.PLACEMENTS: where sin/cos are read, when V is formed) moves
+    only register allocation: the outputs match the default placement's, bitwise under the
+    interpreter, within 1 ulp (+ 2^-16 of the scale) compiled, where FMAs may fuse apart."""
+    from blockattn.kernels import attention as A
+
+    kernel, D, dt, rv = key.split("-", 3)
+    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[dt]
+    rotate_v = rv == "rotate-v"
+    assert (kernel, int(D), dtype, rotate_v) in A.PLACEMENTS, key
+    placed = _placed(A, kernel, int(D), dtype, rotate_v)
+    monkeypatch.setattr(A, "PLACEMENTS", {})
+    default = _placed(A, kernel, int(D), dtype, rotate_v)
+    for a, b in zip(placed, default, strict=True):
+        if DEVICE == "cpu":
+            assert torch.equal(a, b), key
+        else:
+            _assert_within_ulp_and_scale(key, a, b)

@@ -120,14 +120,17 @@ def test_d128_spills_within_budget(subset_results: list[cc.Result]) -> None:
 
 def test_placed_d64_rotary_variants_spill_free() -> None:
     """The rotary D = 64 variants whose table placement (attention.PLACEMENTS) was taken for
-    0 B build spill-free on both targets, and their configs accept no spills: the bf16
-    forward and the fp16 backward (both rotate_v settings). A kernel edit that moves ptxas'
-    register allocation back into spilling fails here, not only in the slow full matrix."""
+    0 B build spill-free on both targets, and their configs accept no spills: the bf16 and
+    fp16 forwards and the fp16 backward (both rotate_v settings; fp16's forward since the Gluon
+    rotary forward made it sm_100's default and sm_90's fallback only). A kernel edit that
+    moves ptxas' register allocation back into spilling fails here, not only in the slow full
+    matrix."""
     from blockattn.kernels import attention as A
 
-    names = "fwd-bf16-d64-rot,fwd-bf16-d64-rot-qk,bwd-fp16-d64-rot,bwd-fp16-d64-rot-qk"
+    names = ("fwd-bf16-d64-rot,fwd-bf16-d64-rot-qk,fwd-fp16-d64-rot,fwd-fp16-d64-rot-qk,"
+             "bwd-fp16-d64-rot,bwd-fp16-d64-rot-qk")
     results = cc.run_check(cc.select_variants(names), jobs=2)
-    assert len(results) == 8
+    assert len(results) == 12
     for r in results:
         assert r.error is None, f"{r.variant} {r.target}: {r.error}"
         assert (r.spill_stores, r.spill_loads, r.accepted_spill_bytes) == (0, 0, 0), r
