@@ -22,7 +22,8 @@ rows (or, without rotate_v, the plain V minus its first row), dS = P (dP - Di) w
 twice, dV = P^T dO, dQ = dS K, dK = dS^T Q with P and dS as hi + lo, the MMAs of each product
 in _mma_split's order (lo terms first). fp16 splits dS at a power-of-two scale.
 
-One chain per CTA, two CTAs per SM (_bwd_rot_kernel, persistent over the tiles); the MMAs are
+One chain per CTA (_bwd_rot_kernel, persistent over the tiles), two CTAs per SM at D = 128 and
+three at D = 64 (PROGRAMS_PER_SM; 168 registers, MAX_REGISTERS); the MMAs are
 issued asynchronously with the same tile's ALU work under them (q's rotation under dP, dS's
 split under dV, dQ's rotate-back and store under dK). Why one chain per CTA (issue 23,
 2026-11-26, results/h200_2026-11-26f): the two-chain kernel it replaced ran two warpgroups
@@ -86,12 +87,10 @@ def _table(SIN, start, n, stride_st, lay: gl.constexpr, BM: gl.constexpr, HALF: 
     """(BM, HALF) fp32 sin and cos of the tile's tokens in layout `lay` (rows >= n: 0)."""
     rows = gl.arange(0, BM, layout=gl.SliceLayout(1, lay))
     cols = gl.arange(0, HALF, layout=gl.SliceLayout(0, lay))
-    if HALF == 64:  # noqa: SIM108 (a constexpr branch, folded by the jit)
-        # D = 128: min(rows, n - 1) (rows >= n are masked) varies per tile, so the compiler
-        # keeps these offsets out of registers held across the tile loop (hoisted, they spilled)
-        offs = gl.minimum(rows, n - 1) * stride_st
-    else:
-        offs = rows * stride_st  # D = 64: hoisted, measured faster (registers to spare)
+    # min(rows, n - 1) (rows >= n are masked) varies per tile, so the compiler keeps these
+    # offsets out of registers held across the tile loop (hoisted, they spilled at D = 128 and
+    # cost the D = 64 backward the registers three CTAs per SM need)
+    offs = gl.minimum(rows, n - 1) * stride_st
     ptrs = (SIN + start.to(gl.int64) * stride_st + gl.expand_dims(offs, 1)
             + gl.expand_dims(cols, 0))
     mask = gl.expand_dims(rows < n, 1) & gl.expand_dims(cols < HALF, 0)
@@ -257,13 +256,19 @@ def _bwd_rot_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, 
             dv = warpgroup_mma(hi_s.permute((1, 0)), db, dv, is_async=True)
             dshi, dslo = _split_product(ds_a, ds_b, dtype)  # while dV multiplies
             dv = warpgroup_mma_wait(0, deps=[dv])
-            sin_o, cos_o = _table(SIN, start, n, stride_st, op_lay, BM, HD // 2)
+            if HD == 128:  # the o-layout table: here, measured faster at D = 128 (see below)
+                sin_o, cos_o = _table(SIN, start, n, stride_st, op_lay, BM, HD // 2)
             hi_s.store(dshi)
             lo_s.store(dslo)
             fence_async_shared()
             dq = warpgroup_mma(lo_s, bb, zo, use_acc=False, is_async=True)
             dq = warpgroup_mma(hi_s, cb, dq, is_async=True)
             dq = warpgroup_mma(hi_s, bb, dq, is_async=True)
+            if HD != 128:
+                # D = 64: once dS's halves have left registers (loaded above, it is live with
+                # them and dV: 24 B spilled under the 168-register cap); at D = 128 this
+                # position took 1.023x / 1.084x the time (H200 A/B, rotate_v / q, k only)
+                sin_o, cos_o = _table(SIN, start, n, stride_st, op_lay, BM, HD // 2)
             _emit(dv, sin_o, cos_o, db, dv_desc, DV, start, n, h, stride_dvt, stride_dvh,
                   ROTATE_V, r_lay)  # while dQ multiplies; dO is dead
             dq = warpgroup_mma_wait(0, deps=[dq])
@@ -305,7 +310,14 @@ def unsupported(q: Tensor, sinu_pos: Tensor, block_size: int, centred: bool) -> 
 
 # ----------------------------------------------------------------------------- launcher
 
-PROGRAMS_PER_SM = 2  # 255 registers x 128 threads and ~100 KB of shared memory each at D = 128
+# {head dim: CTAs per SM}: D = 128 takes ~250 registers and ~100 KB of shared memory (two fit);
+# D = 64 57-59 KB and, capped by MAX_REGISTERS, 168 registers (three fit: bf16, shape P, H200
+# A/B against two CTAs of 198-202 registers, 0.959x rotate_v, 0.923x q/k only;
+# results/h200_2026-11-27c/ab_bwd_d64_three_ctas).
+PROGRAMS_PER_SM: dict[int, int] = {128: 2, 64: 3}
+# {head dim: ptxas register cap (maxnreg)}: uncapped, the D = 64 builds take 161-242 registers
+# (two CTAs per SM); at 168 they spill 0 B (compile-check builds them with the cap).
+MAX_REGISTERS: dict[int, int] = {64: 168}
 # {dtype: head dims} where `auto` sends a fused-rotary backward here on sm_90
 # (dispatch.gluon_bwd): bf16, measured faster than the portable rotary backward at both head
 # dims on the H100 and the H200, rotate_v on and off (H200 D128 4.96 against 7.04 ms rotate_v,
@@ -333,6 +345,8 @@ def launch_bwd(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor,
     tensors, strides = G.launch_operands(q, k, v, grad_out, grads)
     args = (*tensors, sinu_pos, table.start, table.length, n_tiles, *strides, sinu_pos.stride(0),
             scale * LOG2E, scale)
-    _bwd_rot_kernel[(min(n_tiles, PROGRAMS_PER_SM * sms),)](
-        *args, H=H, IS_BF16=q.dtype == torch.bfloat16, ROTATE_V=rotate_v, num_warps=4)
+    D = q.shape[2]
+    _bwd_rot_kernel[(min(n_tiles, PROGRAMS_PER_SM[D] * sms),)](
+        *args, H=H, IS_BF16=q.dtype == torch.bfloat16, ROTATE_V=rotate_v, num_warps=4,
+        **({"maxnreg": MAX_REGISTERS[D]} if D in MAX_REGISTERS else {}))
     return grads

@@ -20,8 +20,9 @@ sm_90 only, through GluonASTSource; it is a default path, so its spills are gate
 CTAs per SM its launch puts must fit. Its two-chain kernel (names ending "-gluon2": two warpgroups,
 the default at D = 128 on the H200) is gated the same way, at 1 CTA of 8 warps per SM. The Gluon
 fused-rotary backward (attention_gluon_rotary, "-rot-gluon" and "-rot-qk-gluon": one chain, the
-bf16 default) must build with MMAs, TMA and its 2 CTAs per SM, and spill no more than its
-measured budget (attention_gluon_rotary.ACCEPTED_SPILL_BYTES; 0 B where it has none). The Gluon
+bf16 default) must build with MMAs, TMA and the CTAs per SM its launch puts (PROGRAMS_PER_SM,
+under its register cap MAX_REGISTERS), and spill no more than its measured budget
+(attention_gluon_rotary.ACCEPTED_SPILL_BYTES; 0 B where it has none). The Gluon
 fused-rotary forward (attention_gluon_rotary_fwd, "fwd-*-rot*-gluon", the 16-bit default on
 sm_90) is gated the same way at 0 B, built with its launch's register cap (MAX_REGISTERS) and
 held to the CTAs per SM its launch puts (PROGRAMS_PER_SM).
@@ -377,8 +378,9 @@ def _compile_gluon(variant: Variant, target: str, res: Result) -> Result:
     src = GluonASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
     res.num_warps = 2 * num_warps if two else num_warps  # the worker warpgroup counts too
     options: dict[str, Any] = {"num_warps": num_warps}
-    if fwd and variant.head_dim in GRF.MAX_REGISTERS:  # the launch's register cap
-        options["maxnreg"] = GRF.MAX_REGISTERS[variant.head_dim]
+    caps = GRF.MAX_REGISTERS if fwd else GR.MAX_REGISTERS if rotary else {}
+    if variant.head_dim in caps:  # the launch's register cap
+        options["maxnreg"] = caps[variant.head_dim]
     kernel = _build(src, TARGETS[target], options, res)
     res.mma_counts = count_mma(kernel.asm["ptx"])
     res.mma_counts[TMA_OPCODE] = kernel.asm["ptx"].count(TMA_OPCODE)
@@ -397,7 +399,8 @@ def _compile_gluon(variant: Variant, target: str, res: Result) -> Result:
     if res.smem + res.static_smem > MAX_SMEM_PER_CTA:
         res.failures.append(f"shared memory {res.smem} B > {MAX_SMEM_PER_CTA} B per CTA")
     want = (1 if two else GRF.PROGRAMS_PER_SM[variant.head_dim] if fwd
-            else GR.PROGRAMS_PER_SM if rotary else G.PROGRAMS_PER_SM[variant.head_dim])
+            else GR.PROGRAMS_PER_SM[variant.head_dim] if rotary
+            else G.PROGRAMS_PER_SM[variant.head_dim])
     if res.ctas_per_sm < want:
         res.failures.append(f"{res.ctas_per_sm} CTAs fit per SM; its launch puts {want}")
     return res
