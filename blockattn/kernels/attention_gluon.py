@@ -65,6 +65,20 @@ LOG2E = 1.4426950408889634
 # ----------------------------------------------------------------------------- helpers
 
 
+@gluon.constexpr_function
+def mma_layout(N, num_warps):
+    """Register layout of a warpgroup MMA's (64, N) fp32 accumulator (one row of warps)."""
+    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                     instr_shape=[16, N, 16])
+
+
+@gluon.constexpr_function
+def row_layout(num_warps):
+    """A row-contiguous register layout (8 elements, 16 bytes of a 16-bit tile, per thread):
+    shared-memory round trips and masked global access."""
+    return gl.BlockedLayout([1, 8], [4, 8], [num_warps, 1], [1, 0])
+
+
 @gluon.jit
 def _issue_loads(q_desc, k_desc, v_desc, do_desc, row, col, bar, stage, q_s, k_s, v_s, do_s,
                  pred):
@@ -250,11 +264,9 @@ def _bwd_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, V, D
     for i in gl.static_range(2):
         mbarrier.init(bars.index(i), count=1)
 
-    s_lay: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
-                                                    instr_shape=[16, BM, 16])
-    o_lay: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
-                                                    instr_shape=[16, HD, 16])
-    r_lay: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [num_warps, 1], [1, 0])
+    s_lay: gl.constexpr = mma_layout(BM, num_warps)
+    o_lay: gl.constexpr = mma_layout(HD, num_warps)
+    r_lay: gl.constexpr = row_layout(num_warps)
     pid = gl.program_id(0)
     n_prog = gl.num_programs(0)
     n_my = (n_tiles - pid + n_prog - 1) // n_prog
@@ -373,11 +385,9 @@ def _consumer(C: gl.constexpr, q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc
     BM: gl.constexpr = q_desc.block_type.shape[0]
     HD: gl.constexpr = q_desc.block_type.shape[1]
     dtype: gl.constexpr = q_desc.dtype
-    s_lay: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1],
-                                                    instr_shape=[16, BM, 16])
-    o_lay: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1],
-                                                    instr_shape=[16, HD, 16])
-    r_lay: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [NW, 1], [1, 0])
+    s_lay: gl.constexpr = mma_layout(BM, NW)
+    o_lay: gl.constexpr = mma_layout(HD, NW)
+    r_lay: gl.constexpr = row_layout(NW)
     vp = 2 * gl.program_id(0) + C
     n_vp = 2 * gl.num_programs(0)
     n_my = (n_tiles - vp + n_vp - 1) // n_vp

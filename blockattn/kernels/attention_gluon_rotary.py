@@ -172,11 +172,9 @@ def _bwd_rot_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, 
     HD: gl.constexpr = q_desc.block_type.shape[1]
     dtype: gl.constexpr = q_desc.dtype
     lay: gl.constexpr = q_desc.layout
-    s_lay: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
-                                                    instr_shape=[16, BM, 16])
-    o_lay: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
-                                                    instr_shape=[16, HD, 16])
-    r_lay: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [num_warps, 1], [1, 0])
+    s_lay: gl.constexpr = G.mma_layout(BM, num_warps)
+    o_lay: gl.constexpr = G.mma_layout(HD, num_warps)
+    r_lay: gl.constexpr = G.row_layout(num_warps)
     rp, _ = gl.split(gl.reshape(gl.zeros([BM, HD], gl.float32, r_lay), [BM, HD // 2, 2]))
     op, _ = gl.split(gl.reshape(gl.zeros([BM, HD], gl.float32, o_lay), [BM, HD // 2, 2]))
     rp_lay: gl.constexpr = rp.type.layout
@@ -188,7 +186,7 @@ def _bwd_rot_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, 
     e_s = gl.allocate_shared_memory(dtype, [1, BM, HD], lay)
     pd_s = gl.allocate_shared_memory(dtype, [2, BM, BM], lay)  # P, then dS: hi, lo
     PER: gl.constexpr = 2 * BM // HD  # (BM, D) tiles in the P/dS pair's bytes: 1 (D=128), 2
-    k_out = pd_s._reinterpret(dtype, [PER, BM, HD], lay)
+    pd_tiles = pd_s._reinterpret(dtype, [PER, BM, HD], lay)
     bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(2):
         mbarrier.init(bars.index(i), count=1)
@@ -215,7 +213,7 @@ def _bwd_rot_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, 
         eb = e_s.index(j)
         hi_s = pd_s.index(2 * j)
         lo_s = pd_s.index(2 * j + 1)
-        pd_t = k_out.index(j)  # the P/dS pair as one (BM, D) tile: V's lo
+        pd_t = pd_tiles.index(j)  # the P/dS pair as one (BM, D) tile: V's lo
         # the next tile's coordinates, for its loads at the end of this one
         nx_start, nx_n, nx_h = _tile_at(gl.minimum(t + n_vp, n_tiles - 1), tile_start, tile_len,
                                         H)

@@ -89,11 +89,9 @@ def _fwd_rot_kernel(q_desc, k_desc, v_desc, o_desc, O, SIN, tile_start, tile_len
     HD: gl.constexpr = q_desc.block_type.shape[1]
     dtype: gl.constexpr = q_desc.dtype
     lay: gl.constexpr = q_desc.layout
-    s_lay: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
-                                                    instr_shape=[16, BM, 16])
-    o_lay: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
-                                                    instr_shape=[16, HD, 16])
-    r_lay: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [num_warps, 1], [1, 0])
+    s_lay: gl.constexpr = G.mma_layout(BM, num_warps)
+    o_lay: gl.constexpr = G.mma_layout(HD, num_warps)
+    r_lay: gl.constexpr = G.row_layout(num_warps)
     rp, _ = gl.split(gl.reshape(gl.zeros([BM, HD], gl.float32, r_lay), [BM, HD // 2, 2]))
     rp_lay: gl.constexpr = rp.type.layout
     a_s = gl.allocate_shared_memory(dtype, [BM, HD], lay)  # q, then q's hi
