@@ -32,19 +32,18 @@ instructions, ~170 KB): Nsight Compute put 33 % of its warp-stall samples on ins
 fetch (no_inst). Two CTAs of one chain run one copy (5.2 k): 5 %, and the time fell from 6.66
 to 4.96 ms (H200, shape P, bf16, D = 128, rotate_v).
 
-The default fused-rotary backward on sm_90 in bf16 (CONFIGS; BLOCKATTN_KERNEL_PATH=gluon or
-prefer-gluon also sends fp16 here). Same-run A/B against the portable rotary backward, shape
-P, bf16, ms: H200 D = 128 4.96 vs 7.04 (rotate_v), 4.42 vs 6.08 (q/k only), D = 64 2.75 vs
-3.12, 2.56 vs 2.89; H100 D = 128 5.75 vs 7.00, 4.85 vs 6.14, D = 64 2.79 vs 3.28, 2.56 vs
-3.02. Fused rotary is still 1.6-1.8x the plain backward, not the issue's 1.35x (bench
-medians at 8b0f580, bf16 splits in PTX: 1.76x on the H200, 1.38x on the H100). Stage profile
-(full / compute-only / memory-only, D = 128, rotate_v): this kernel on the H100 (5fab869) 5.87
-/ 4.45 / 3.75 ms against the plain 3.73 / 3.43 / 3.46; a close variant on the H200 (ac41322)
-5.40 / 4.56 / 2.85 against 2.79 / 2.24 / 2.42. Its compute alone outlasts the plain kernel:
-it executes 2.0x the plain kernel's instructions per tile (the rotation and hi/lo split of q,
-k, V and the rotate-back of three gradients that the accuracy rule asks for) at about the
-plain kernel's issue rate, and overlaps its loads less well (each input buffer is free only
-late in the tile).
+The default 16-bit fused-rotary backward on sm_90 (CONFIGS; fp16 since 2026-11-27). Same-run A/B
+against the portable rotary backward, shape P, bf16, ms: H200 D = 128 4.96 vs 7.04 (rotate_v),
+4.42 vs 6.08 (q/k only), D = 64 2.75 vs 3.12, 2.56 vs 2.89; H100 D = 128 5.75 vs 7.00, 4.85 vs
+6.14, D = 64 2.79 vs 3.28, 2.56 vs 3.02. Fused rotary is still 1.6-1.8x the plain backward, not
+the issue's 1.35x (bench medians at 8b0f580, bf16 splits in PTX: 1.76x on the H200, 1.38x on the
+H100). Stage profile (full / compute-only / memory-only, D = 128, rotate_v): this kernel on the
+H100 (5fab869) 5.87 / 4.45 / 3.75 ms against the plain 3.73 / 3.43 / 3.46; a close variant on
+the H200 (ac41322) 5.40 / 4.56 / 2.85 against 2.79 / 2.24 / 2.42. Its compute alone outlasts the
+plain kernel: it executes 2.0x the plain kernel's instructions per tile (the rotation and hi/lo
+split of q, k, V and the rotate-back of three gradients that the accuracy rule asks for) at
+about the plain kernel's issue rate, and overlaps its loads less well (each input buffer is free
+only late in the tile).
 Gluon has no interpreter: off an sm_90 GPU this path never runs (dispatch falls back) and the
 CPU tests compile it ahead of time for sm_90.
 """
@@ -317,11 +316,15 @@ PROGRAMS_PER_SM: dict[int, int] = {128: 2, 64: 3}
 # (two CTAs per SM); at 168 they spill 0 B (compile-check builds them with the cap).
 MAX_REGISTERS: dict[int, int] = {64: 168}
 # {dtype: head dims} where `auto` sends a fused-rotary backward here on sm_90
-# (dispatch.gluon_bwd): bf16, measured faster than the portable rotary backward at both head
-# dims on the H100 and the H200, rotate_v on and off (H200 D128 4.96 against 7.04 ms rotate_v,
-# 4.42 against 6.08 q/k only). Not fp16: there the portable kernel is as fast or faster (H200
-# D128 5.02 against 5.01 ms rotate_v, 4.89 against 4.46 q/k only; results/h200_2026-11-26f).
-CONFIGS: dict[torch.dtype, tuple[int, ...]] = {torch.bfloat16: (64, 128)}
+# (dispatch.gluon_bwd): bf16 and fp16 at both head dims, measured faster than the portable
+# rotary backward, rotate_v on and off. bf16 on the H100 and the H200 (H200 D128 4.96 against
+# 7.04 ms rotate_v, 4.42 against 6.08 q/k only). fp16 since 2026-11-27 (H200, shape P, same run,
+# 0 elements apart: D128 5.155 against 6.823 ms rotate_v, 4.585 against 5.814 q/k only; D64,
+# at three CTAs per SM, 2.615 against 3.085, 2.430 against 2.884;
+# results/h200_2026-11-27c/ab_paths_fp16_9a95554); on 2026-11-26 the portable kernel had been as
+# fast (D128 5.01 against 5.02 ms rotate_v; results/h200_2026-11-26f).
+CONFIGS: dict[torch.dtype, tuple[int, ...]] = {torch.bfloat16: (64, 128),
+                                               torch.float16: (64, 128)}
 # ptxas spills per thread accepted, {(dtype, head dim, rotate_v): bytes}; compile-check gates
 # every build not named here at 0 B. None: every build spills 0 B (sm_90). Before 2026-11-26's
 # twelfth session the D = 128 builds spilled 4-40 B: row offsets (rows * stride) the compiler

@@ -20,7 +20,7 @@ sm_90 only, through GluonASTSource; it is a default path, so its spills are gate
 CTAs per SM its launch puts must fit. Its two-chain kernel (names ending "-gluon2": two warpgroups,
 the default at D = 128 on the H200) is gated the same way, at 1 CTA of 8 warps per SM. The Gluon
 fused-rotary backward (attention_gluon_rotary, "-rot-gluon" and "-rot-qk-gluon": one chain, the
-bf16 default) must build with MMAs, TMA and the CTAs per SM its launch puts (PROGRAMS_PER_SM,
+16-bit default) must build with MMAs, TMA and the CTAs per SM its launch puts (PROGRAMS_PER_SM,
 under its register cap MAX_REGISTERS), and spill no more than its measured budget
 (attention_gluon_rotary.ACCEPTED_SPILL_BYTES; 0 B where it has none). The Gluon
 fused-rotary forward (attention_gluon_rotary_fwd, "fwd-*-rot*-gluon", the 16-bit default on

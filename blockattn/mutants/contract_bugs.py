@@ -7,7 +7,7 @@ and the cases at other block sizes and layouts are what kill them."""
 
 from __future__ import annotations
 
-from blockattn.mutants.mutant import DISPATCH, OPS, TILE_MATH, TILES, Mutant
+from blockattn.mutants.mutant import DISPATCH, OPS, PORTABLE, TILE_MATH, TILES, Mutant
 
 _G = "contract"
 
@@ -29,6 +29,7 @@ CONTRACT: tuple[Mutant, ...] = (
         "    return tl.load(ptrs)",
         "tiles load all BLOCK rows: a partial block reads the next sequence's rows (and past "
         "the end of the input); masked keys get p = 0, so only 0 * NaN shows it",
+        env=PORTABLE,  # fp16 and bf16 rotary bwd are Gluon on sm_90 (2026-11-27)
     ),
     Mutant(
         "max-seq-len-floor",

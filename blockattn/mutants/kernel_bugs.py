@@ -73,6 +73,7 @@ CORE: tuple[Mutant, ...] = (
         "        scale * LOG2E, scale,\n",
         "        scale, scale,\n",
         "backward recomputes P with exp2 of natural-log-domain logits (fwd/bwd disagree)",
+        env=PORTABLE,  # fp16 and bf16 rotary bwd are Gluon on sm_90 (2026-11-27)
     ),
     Mutant(
         "dqdk-scale-twice",
@@ -81,6 +82,7 @@ CORE: tuple[Mutant, ...] = (
         "        scale * LOG2E, scale,\n",
         "        scale * LOG2E, scale * scale,\n",
         "backward multiplies dQ and dK by the softmax scale twice",
+        env=PORTABLE,  # fp16 and bf16 rotary bwd are Gluon on sm_90 (2026-11-27)
     ),
     Mutant(
         "dq-scale-missing",
@@ -89,6 +91,7 @@ CORE: tuple[Mutant, ...] = (
         "_store(_tile(DQ, start, n, h, stride_dqt, stride_dqh, BLOCK, HEAD_DIM), acc * sm_scale,",
         "_store(_tile(DQ, start, n, h, stride_dqt, stride_dqh, BLOCK, HEAD_DIM), acc,",
         "dQ is stored without the softmax scale",
+        env=PORTABLE,  # fp16 and bf16 rotary bwd are Gluon on sm_90 (2026-11-27)
     ),
     Mutant(
         "di-dropped",
@@ -101,6 +104,7 @@ CORE: tuple[Mutant, ...] = (
         "return p * dp",
         "dS = P * dP: the Di = rowsum(P * dP) term of the softmax backward is dropped",
         ci=True,
+        env=PORTABLE,  # fp16 and bf16 rotary bwd are Gluon on sm_90 (2026-11-27)
     ),
     Mutant(
         "di-from-rounded-p",
@@ -112,6 +116,7 @@ CORE: tuple[Mutant, ...] = (
         "    return p * (dp - tl.sum(p * dp, axis=1)[:, None])",
         "return p * (dp - tl.sum(p.to(tl.bfloat16).to(tl.float32) * dp, axis=1)[:, None])",
         "Di computed from P rounded to bf16 instead of the fp32 P",
+        env=PORTABLE,  # fp16 and bf16 rotary bwd are Gluon on sm_90 (2026-11-27)
     ),
     Mutant(
         "ds-missing-p",
@@ -120,6 +125,7 @@ CORE: tuple[Mutant, ...] = (
         "return p * (dp - tl.sum(p * dp, axis=1)[:, None])",
         "return dp - tl.sum(p * dp, axis=1)[:, None]",
         "dS = dP - Di: the factor P of the softmax Jacobian is forgotten",
+        env=PORTABLE,  # fp16 and bf16 rotary bwd are Gluon on sm_90 (2026-11-27)
     ),
     Mutant(
         "p-rounded-before-normalisation",
@@ -137,6 +143,7 @@ CORE: tuple[Mutant, ...] = (
         "_store(_tile(DK, start, n, h, stride_dkt, stride_dkh, BLOCK, HEAD_DIM), acc,",
         "dV is stored into dK's buffer (dV left unwritten, dK overwritten later)",
         ci=True,
+        env=PORTABLE,  # fp16 and bf16 rotary bwd are Gluon on sm_90 (2026-11-27)
     ),
     Mutant(
         "dk-uses-ds-untransposed",
@@ -145,6 +152,7 @@ CORE: tuple[Mutant, ...] = (
         "acc = _mma_split(tl.trans(ds_hi), tl.trans(ds_lo), q_hi, q_lo,",
         "acc = _mma_split(ds_hi, ds_lo, q_hi, q_lo,",
         "dK = dS Q instead of dS^T Q",
+        env=PORTABLE,  # fp16 and bf16 rotary bwd are Gluon on sm_90 (2026-11-27)
     ),
     Mutant(
         "dv-uses-p-untransposed",
@@ -153,6 +161,7 @@ CORE: tuple[Mutant, ...] = (
         "acc = _mma_split(tl.trans(p_hi), tl.trans(p_lo), do, do,",
         "acc = _mma_split(p_hi, p_lo, do, do,",
         "dV = P dO instead of P^T dO",
+        env=PORTABLE,  # fp16 and bf16 rotary bwd are Gluon on sm_90 (2026-11-27)
     ),
     Mutant(
         "head-index-from-block",
@@ -442,6 +451,7 @@ ROTARY: tuple[Mutant, ...] = (
         "y0 = x0 * cos + x1 * sin\n        y1 = x1 * cos - x0 * sin",
         "forward rotary rotates by -angle (sin sign flipped)",
         ci=True,
+        env=PORTABLE,  # fp16 and bf16 rotary bwd are Gluon on sm_90 (2026-11-27)
     ),
     Mutant(
         "rotary-sin-cos-swapped",
@@ -450,6 +460,7 @@ ROTARY: tuple[Mutant, ...] = (
         "sin = _load_table(ptrs, mask, SITE)\n        cos = _load_table(ptrs + COS_AT, mask, SITE)",
         "sin = _load_table(ptrs + COS_AT, mask, SITE)\n        cos = _load_table(ptrs, mask, SITE)",
         "sin and cos halves of sinu_pos swapped",
+        env=PORTABLE,  # fp16 and bf16 rotary bwd are Gluon on sm_90 (2026-11-27)
     ),
     Mutant(
         "rotary-bwd-not-conjugated",
@@ -458,6 +469,7 @@ ROTARY: tuple[Mutant, ...] = (
         "x = _rotate(x, sin, cos, True, BLOCK, HALF)",
         "x = _rotate(x, sin, cos, False, BLOCK, HALF)",
         "gradients rotated forward instead of by the transpose rotation",
+        env=PORTABLE,  # fp16 and bf16 rotary bwd are Gluon on sm_90 (2026-11-27)
     ),
     Mutant(
         "rotary-dv-not-rotated-back",
@@ -466,6 +478,7 @@ ROTARY: tuple[Mutant, ...] = (
         "stride_st, ROTATE_V, IS_BF16, BLOCK, HALF, INTERPRET)",
         "stride_st, False, IS_BF16, BLOCK, HALF, INTERPRET)",
         "dV stored without the transpose rotation although V was rotated",
+        env=PORTABLE,  # fp16 and bf16 rotary bwd are Gluon on sm_90 (2026-11-27)
     ),
     Mutant(
         "rotary-table-block-local",
@@ -474,6 +487,7 @@ ROTARY: tuple[Mutant, ...] = (
         "_tile(SIN, start, n, start, stride_st, 0, BLOCK, HALF)",
         "_tile(SIN, 0, n, start, stride_st, 0, BLOCK, HALF)",
         "sin/cos read from rows 0..63 for every block instead of the block's own tokens",
+        env=PORTABLE,  # fp16 and bf16 rotary bwd are Gluon on sm_90 (2026-11-27)
     ),
     Mutant(
         "rotary-v-ignores-rotate-v",

@@ -80,6 +80,7 @@ PRECISION: tuple[Mutant, ...] = (
         "p = _probs(q_hi, q_lo, k_hi, k_lo, n, qk_scale, QK_LO, IEEE, INTERPRET, BLOCK)",
         "p = _probs(q_hi, q_lo, k_hi, k_lo, n, qk_scale, False, IEEE, INTERPRET, BLOCK)",
         "backward's QK^T recompute drops the rotated q and k lo halves (rotary)",
+        env=PORTABLE,  # fp16 and bf16 rotary bwd are Gluon on sm_90 (2026-11-27)
     ),
     Mutant(
         "dp-v-lo-dropped",
@@ -89,6 +90,7 @@ PRECISION: tuple[Mutant, ...] = (
         "dp = _mma_split(do, do, tl.trans(v_hi), tl.trans(v_lo), dp, False, False, IEEE, "
         "INTERPRET)",
         "dO V^T drops V's lo half: the centred (or rotated) V enters rounded to the input dtype",
+        env=PORTABLE,  # fp16 and bf16 rotary bwd are Gluon on sm_90 (2026-11-27)
     ),
     Mutant(
         "chunks-qk-lo-dropped",
@@ -116,6 +118,7 @@ PRECISION: tuple[Mutant, ...] = (
         "dp = _round_to(_mma_split(do, do, tl.trans(v_hi), tl.trans(v_lo), dp, False, V_LO, IEEE,"
         f" INTERPRET), q.dtype, {_RD}",
         "the fp32 dP = dO V^T accumulator rounded to the input dtype before Di and dS",
+        env=PORTABLE,  # fp16 and bf16 rotary bwd are Gluon on sm_90 (2026-11-27)
     ),
     Mutant(
         "dv-p-lo-dropped",
@@ -124,6 +127,7 @@ PRECISION: tuple[Mutant, ...] = (
         "acc = _mma_split(tl.trans(p_hi), tl.trans(p_lo), do, do, acc, True, False, IEEE,",
         "acc = _mma_split(tl.trans(p_hi), tl.trans(p_lo), do, do, acc, False, False, IEEE,",
         "dV = P^T dO with P rounded to the input dtype (p_lo dropped in dV only)",
+        env=PORTABLE,  # fp16 and bf16 rotary bwd are Gluon on sm_90 (2026-11-27)
     ),
     Mutant(
         "dq-ds-lo-dropped",
@@ -132,6 +136,7 @@ PRECISION: tuple[Mutant, ...] = (
         "acc = _mma_split(ds_hi, ds_lo, k_hi, k_lo, acc, SPLIT, QK_LO, IEEE, INTERPRET)",
         "acc = _mma_split(ds_hi, ds_lo, k_hi, k_lo, acc, False, QK_LO, IEEE, INTERPRET)",
         "dQ = dS K with dS rounded to the input dtype (ds_lo dropped in dQ only)",
+        env=PORTABLE,  # fp16 and bf16 rotary bwd are Gluon on sm_90 (2026-11-27)
     ),
     Mutant(
         "dk-ds-lo-dropped",
@@ -140,6 +145,7 @@ PRECISION: tuple[Mutant, ...] = (
         "acc = _mma_split(tl.trans(ds_hi), tl.trans(ds_lo), q_hi, q_lo, acc, SPLIT, QK_LO, IEEE,",
         "acc = _mma_split(tl.trans(ds_hi), tl.trans(ds_lo), q_hi, q_lo, acc, False, QK_LO, IEEE,",
         "dK = dS^T Q with dS rounded to the input dtype (ds_lo dropped in dK only)",
+        env=PORTABLE,  # fp16 and bf16 rotary bwd are Gluon on sm_90 (2026-11-27)
     ),
     Mutant(
         "dq-k-lo-dropped",
@@ -148,6 +154,7 @@ PRECISION: tuple[Mutant, ...] = (
         "acc = _mma_split(ds_hi, ds_lo, k_hi, k_lo, acc, SPLIT, QK_LO, IEEE, INTERPRET)",
         "acc = _mma_split(ds_hi, ds_lo, k_hi, k_lo, acc, SPLIT, False, IEEE, INTERPRET)",
         "dQ = dS K drops the rotated k's lo half (rotary)",
+        env=PORTABLE,  # fp16 and bf16 rotary bwd are Gluon on sm_90 (2026-11-27)
     ),
     Mutant(
         "dk-q-lo-dropped",
@@ -156,6 +163,7 @@ PRECISION: tuple[Mutant, ...] = (
         "acc = _mma_split(tl.trans(ds_hi), tl.trans(ds_lo), q_hi, q_lo, acc, SPLIT, QK_LO, IEEE,",
         "acc = _mma_split(tl.trans(ds_hi), tl.trans(ds_lo), q_hi, q_lo, acc, SPLIT, False, IEEE,",
         "dK = dS^T Q drops the rotated q's lo half (rotary)",
+        env=PORTABLE,  # fp16 and bf16 rotary bwd are Gluon on sm_90 (2026-11-27)
     ),
     # ------------------------------------------------------------------ stores
     Mutant(
@@ -168,6 +176,7 @@ PRECISION: tuple[Mutant, ...] = (
         "dQ rounded twice: the accumulator to the input dtype, then again after * sm_scale (a "
         "power of two at D=64: no effect there without rotary; fp16: the scaled dS makes the "
         "accumulator overflow fp16, a gross error)",
+        env=PORTABLE,  # fp16 and bf16 rotary bwd are Gluon on sm_90 (2026-11-27)
     ),
     Mutant(
         "dk-store-double-rounding",
@@ -178,6 +187,7 @@ PRECISION: tuple[Mutant, ...] = (
         f"_round_to(acc, q.dtype, {_RD} * sm_scale,",
         "dK rounded twice: the accumulator to the input dtype, then again after * sm_scale (as "
         "for dQ)",
+        env=PORTABLE,  # fp16 and bf16 rotary bwd are Gluon on sm_90 (2026-11-27)
     ),
     Mutant(
         "dq-rounded-before-rotation",
@@ -188,6 +198,7 @@ PRECISION: tuple[Mutant, ...] = (
         f"_round_to(acc * sm_scale, q.dtype, {_RD},",
         "dQ rounded to the input dtype before the conjugate rotation, then again at the store "
         "(rotary)",
+        env=PORTABLE,  # fp16 and bf16 rotary bwd are Gluon on sm_90 (2026-11-27)
     ),
     Mutant(
         "dv-rounded-before-rotation",
@@ -198,6 +209,7 @@ PRECISION: tuple[Mutant, ...] = (
         f"_round_to(acc, q.dtype, {_RD},",
         "dV rounded to the input dtype before the conjugate rotation, then again at the store "
         "(rotate_v)",
+        env=PORTABLE,  # fp16 and bf16 rotary bwd are Gluon on sm_90 (2026-11-27)
     ),
     # ------------------------------------------------------------------ rotary in the input dtype
     Mutant(
@@ -210,6 +222,7 @@ PRECISION: tuple[Mutant, ...] = (
         f"{_RD}\n        if SPLIT:",
         "q/k (and the forward's V) rotated in the input dtype: sin/cos and the rotated tile "
         "rounded to it, so the tile's lo half is 0 (rotary)",
+        env=PORTABLE,  # fp16 and bf16 rotary bwd are Gluon on sm_90 (2026-11-27)
     ),
     Mutant(
         "conj-rotation-in-input-dtype",
@@ -221,6 +234,7 @@ PRECISION: tuple[Mutant, ...] = (
         f"_round_to(cos, tile[0].dtype.element_ty, {_RD}, True, BLOCK, HALF)",
         "the gradients' conjugate rotation done in the input dtype: the fp32 gradient and "
         "sin/cos rounded to it first, the result rounded again at the store (rotary)",
+        env=PORTABLE,  # fp16 and bf16 rotary bwd are Gluon on sm_90 (2026-11-27)
     ),
     # ------------------------------------------------------------------ the centred dP - Di
     Mutant(
