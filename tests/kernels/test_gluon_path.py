@@ -126,7 +126,10 @@ def test_gluon_dispatch_modes(monkeypatch) -> None:
     rot = lambda: dispatch.gluon_bwd(q, sinu_pos, 64, True, (q,))
     assert rot() == ON_SM90
     half = _meta(dtype=torch.float16)
-    assert not dispatch.gluon_bwd(half, sinu_pos, 64, True, (half,))  # fp16: not measured faster
+    assert dispatch.gluon_bwd(half, sinu_pos, 64, True, (half,)) == ON_SM90  # fp16 too (CONFIGS)
+    monkeypatch.setattr(GR, "CONFIGS", {torch.bfloat16: (64, 128)})  # a dtype it does not name
+    assert not dispatch.gluon_bwd(half, sinu_pos, 64, True, (half,))
+    assert rot() == ON_SM90
     monkeypatch.setattr(GR, "CONFIGS", {})
     assert not rot()
 
