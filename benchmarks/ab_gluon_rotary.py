@@ -12,6 +12,8 @@ this run. Each Gluon output is compared with the default path's (elements_apart:
 + 2^-16 of the largest magnitude). `--a DIR` also times DIR/attention_gluon_rotary.py (another
 commit's module, e.g. `git archive BASE blockattn/kernels | tar -x -C DIR --strip-components 2`)
 as "a_rot" (repeated: "a_rot:<DIR's name>" each), the rest of the package this one's.
+`--portable` also times the default dispatch under BLOCKATTN_KERNEL_PATH=portable
+("rotary_portable"): the comparison for a dtype whose default is already Gluon.
 (Before 2026-11-26's removal of the one-chain kernel this script also timed it:
 results/h200_2026-11-26e/ab_f6db98d.)
 """
@@ -39,6 +41,8 @@ def main() -> int:
     ap.add_argument("--rotate-v", default="on,off")
     ap.add_argument("--a", type=Path, action="append", default=[],
                     help="a directory holding another attention_gluon_rotary.py (repeatable)")
+    ap.add_argument("--portable", action="store_true",
+                    help="also time the rotary backward under BLOCKATTN_KERNEL_PATH=portable")
     args = ap.parse_args()
     from blockattn.bench.case import make_bench_case
     from blockattn.bench.measure import copy_ceiling, time_ms
@@ -73,13 +77,17 @@ def main() -> int:
                                                         c.do, table, sinu, c.scale, 64,
                                                         rotate_v),
                 }
+                if args.portable:
+                    paths["rotary_portable"] = functools.partial(
+                        _portable, dispatch.attention_bwd, c.q, c.k, c.v, c.do, table, sinu,
+                        c.scale, 64, rotate_v)
                 gluon = {"gluon_rot": GR, **others}
                 for name, mod in gluon.items():
                     paths[name] = functools.partial(mod.launch_bwd, c.q, c.k, c.v, c.do, grads,
                                                     table, sinu, c.scale, rotate_v)
                 ref = [t.clone() for t in paths["rotary_default"]()]
                 apart = {}
-                for name in gluon:
+                for name in [*gluon, *(["rotary_portable"] if args.portable else [])]:
                     got = paths[name]()
                     apart[name] = {nm: elements_apart(a, b) for nm, a, b in
                                    zip(("dQ", "dK", "dV"), got, ref, strict=True)}
@@ -103,6 +111,15 @@ def main() -> int:
     path = write_rows(args.out, "ab_gluon_rotary", ceiling, rows)
     print(path)
     return 0
+
+
+def _portable(fn, *args):
+    """fn(*args) with BLOCKATTN_KERNEL_PATH=portable (dispatch reads it per call)."""
+    os.environ["BLOCKATTN_KERNEL_PATH"] = "portable"
+    try:
+        return fn(*args)
+    finally:
+        os.environ.pop("BLOCKATTN_KERNEL_PATH", None)
 
 
 if __name__ == "__main__":
