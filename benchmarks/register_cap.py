@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
 
 
 def main(argv: list[str]) -> int:
@@ -19,15 +18,10 @@ def main(argv: list[str]) -> int:
         return 2
     os.environ["TRITON_DUMP_PTXAS_LOG"] = "1"  # compile_check reads ptxas' -v log
     os.environ["TRITON_ALWAYS_COMPILE"] = "1"
+    os.environ.pop("TRITON_INTERPRET", None)  # a real build, not the interpreter
     from blockattn.kernels import compile_check as cc
 
     cap = int(argv[0])
-    build = cc._build
-
-    def capped(src: Any, arch: int, options: dict[str, Any], res: cc.Result) -> Any:
-        return build(src, arch, {**options, "maxnreg": cap}, res)
-
-    cc._build = capped
     by_name = {v.name: v for v in cc.all_variants()}
     print("| variant | cap | registers | spill st/ld B | smem B | CTAs/SM |")
     print("|---|---:|---:|---:|---:|---:|")
@@ -35,7 +29,7 @@ def main(argv: list[str]) -> int:
         if name not in by_name or not name.endswith(("-gluon", "-gluon2")):
             print(f"register_cap: {name} is not a Gluon compile-check variant", file=sys.stderr)
             return 2
-        res = cc._compile_gluon(by_name[name], "sm_90", cc.Result(variant=name, target="sm_90"))
+        res, _ = cc.compile_variant(by_name[name], "sm_90", maxnreg=cap)
         print(f"| {name} | {cap} | {res.registers} | {res.spill_stores}/{res.spill_loads} | "
               f"{res.smem} | {res.ctas_per_sm} |")
     return 0

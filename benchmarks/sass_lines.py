@@ -64,14 +64,6 @@ def main() -> int:
 
     from blockattn.kernels import compile_check as cc
 
-    built = {}
-    build = cc._build
-
-    def keep(src, arch, options, res):  # the compiled kernel, for its cubin
-        built["kernel"] = build(src, arch, options, res)
-        return built["kernel"]
-
-    cc._build = keep
     try:
         variants = cc.select_variants(args.variant)
     except ValueError as exc:  # no variant matches
@@ -81,13 +73,10 @@ def main() -> int:
         print(f"sass_lines: {args.variant!r} names {len(variants)} variants, not 1",
               file=sys.stderr)
         return 2
-    res = cc._compile_one(variants[0], args.target)
-    if res.error or "kernel" not in built:
-        print(f"sass_lines: build failed: {res.error}", file=sys.stderr)
-        return 1
+    res, kernel = cc.compile_variant(variants[0], args.target)
     nvdisasm = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "nvdisasm"
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(built["kernel"].asm["cubin"])
+        f.write(kernel.asm["cubin"])
         f.flush()
         text = subprocess.run([str(nvdisasm), "-g", "-c", f.name], capture_output=True,
                               text=True, check=True).stdout

@@ -194,12 +194,15 @@ def ctas_per_sm(registers: int, num_warps: int, smem: int) -> int:
 # ----------------------------------------------------------------------------- worker side
 
 
-def _build(src: Any, arch: int, options: dict[str, Any], res: Result) -> Any:
+def _build(src: Any, arch: int, options: dict[str, Any], res: Result,
+           overrides: dict[str, Any] | None = None) -> Any:
     """Compile `src` for sm_<arch> and record the build's time, ptxas' registers and spills,
-    shared/tensor memory and CTAs per SM in `res` (whose num_warps is set). Returns the kernel."""
+    shared/tensor memory and CTAs per SM in `res` (whose num_warps is set). Returns the kernel.
+    `overrides` replace the launch's options (compile_variant's maxnreg)."""
     import triton
     from triton.backends.compiler import GPUTarget
 
+    options = {**options, **(overrides or {})}
     log = io.StringIO()
     t0 = time.perf_counter()
     # TRITON_DUMP_PTXAS_LOG (set by the parent) makes make_cubin print ptxas' -v log to stdout.
@@ -217,8 +220,21 @@ def _build(src: Any, arch: int, options: dict[str, Any], res: Result) -> Any:
     return kernel
 
 
-def _compile_one(variant: Variant, target: str) -> Result:
-    """Compile one variant for one target; runs in a worker without TRITON_INTERPRET."""
+def compile_variant(variant: Variant, target: str = "sm_90", *,
+                    maxnreg: int | None = None) -> tuple[Result, Any]:
+    """Build one variant in this process, as the check's workers do, and return its Result and
+    the compiled kernel (`.asm["ptx"]`, `["cubin"]`): for tools that read a build's SASS or
+    try it under another register cap (`maxnreg` replaces the launch's). Needs
+    TRITON_DUMP_PTXAS_LOG=1 (ptxas' -v log) and TRITON_INTERPRET unset before triton's import."""
+    built: list[Any] = []
+    res = _compile_one(variant, target, {"maxnreg": maxnreg} if maxnreg else None, built)
+    return res, built[0] if built else None
+
+
+def _compile_one(variant: Variant, target: str, overrides: dict[str, Any] | None = None,
+                 built: list[Any] | None = None) -> Result:
+    """Compile one variant for one target; runs in a worker without TRITON_INTERPRET.
+    `overrides` replace launch options; `built`, when given, receives the compiled kernel."""
     import torch
     from triton.compiler import ASTSource
 
@@ -230,7 +246,7 @@ def _compile_one(variant: Variant, target: str) -> Result:
     arch = TARGETS[target]
     res = Result(variant=variant.name, target=target)
     if variant.path.startswith("gluon"):
-        return _compile_gluon(variant, target, res)
+        return _compile_gluon(variant, target, res, overrides, built)
     hopper = variant.path == "hopper"
     if hopper:
         fn = AH._fwd_kernel_tma if variant.kernel == "fwd" else AH._bwd_kernel_tma
@@ -287,7 +303,9 @@ def _compile_one(variant: Variant, target: str) -> Result:
     res.num_warps = cfg.num_warps
     src = ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
     kernel = _build(src, arch, {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages,
-                                "maxnreg": cfg.maxnreg}, res)
+                                "maxnreg": cfg.maxnreg}, res, overrides)
+    if built is not None:
+        built.append(kernel)
 
     res.mma_counts = count_mma(kernel.asm["ptx"])
     if hopper:
@@ -325,7 +343,9 @@ def _compile_one(variant: Variant, target: str) -> Result:
     return res
 
 
-def _compile_gluon(variant: Variant, target: str, res: Result) -> Result:
+def _compile_gluon(variant: Variant, target: str, res: Result,
+                   overrides: dict[str, Any] | None = None,
+                   built: list[Any] | None = None) -> Result:
     """The Gluon kernels (the backward, plain and fused rotary; the fused-rotary forward):
     default paths where their CONFIGS name the head dim, so their spills are gated like the
     portable kernels' (accepted: 0 B unless a measured budget says otherwise)."""
@@ -381,7 +401,9 @@ def _compile_gluon(variant: Variant, target: str, res: Result) -> Result:
     caps = GRF.MAX_REGISTERS if fwd else GR.MAX_REGISTERS if rotary else {}
     if variant.head_dim in caps:  # the launch's register cap
         options["maxnreg"] = caps[variant.head_dim]
-    kernel = _build(src, TARGETS[target], options, res)
+    kernel = _build(src, TARGETS[target], options, res, overrides)
+    if built is not None:
+        built.append(kernel)
     res.mma_counts = count_mma(kernel.asm["ptx"])
     res.mma_counts[TMA_OPCODE] = kernel.asm["ptx"].count(TMA_OPCODE)
     n_mma = res.mma_counts[MMA_OPCODE[90]]

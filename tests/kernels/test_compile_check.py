@@ -171,3 +171,36 @@ def test_gluon_builds_spill_free() -> None:
         assert r.error is None, f"{r.variant}: {r.error}"
         assert (r.spill_stores, r.spill_loads, r.accepted_spill_bytes) == (0, 0, 0), r
         assert r.ok, f"{r.variant}: {r.failures}"  # incl. the CTAs per SM its launch puts
+
+
+_CAPPED_BUILD = """
+import json, sys
+from blockattn.kernels import compile_check as cc
+v = cc.select_variants(sys.argv[1])[0]
+out = {}
+for cap in (None, int(sys.argv[2])):
+    res, kernel = cc.compile_variant(v, "sm_90", maxnreg=cap)
+    out[str(cap)] = [res.registers, res.spill_stores, len(kernel.asm["cubin"])]
+print(json.dumps(out))
+"""
+
+
+def test_compile_variant_applies_a_register_cap(tmp_path) -> None:
+    """compile_variant, the seam benchmarks/register_cap.py and sass_lines.py build through,
+    builds in-process (here a subprocess without the conftest's TRITON_INTERPRET) under the
+    launch's register cap, or under maxnreg in its place: the D64 rotary forward takes 168
+    registers by default, and obeys a cap of 128; both builds return their cubin."""
+    import json
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env.update(TRITON_DUMP_PTXAS_LOG="1", TRITON_ALWAYS_COMPILE="1", TRITON_CACHE_DIR=str(tmp_path))
+    done = subprocess.run([sys.executable, "-c", _CAPPED_BUILD, "fwd-bf16-d64-rot-gluon", "128"],
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    (default_regs, _, default_cubin), (capped_regs, _, capped_cubin) = got["None"], got["128"]
+    assert default_regs > 128, got  # the test means something only if the cap binds
+    assert capped_regs <= 128, got
+    assert default_cubin > 0 and capped_cubin > 0, got
