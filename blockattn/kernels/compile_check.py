@@ -228,7 +228,7 @@ def compile_variant(variant: Variant, target: str = "sm_90", *,
     TRITON_DUMP_PTXAS_LOG=1 (ptxas' -v log) and TRITON_INTERPRET unset before triton's import."""
     built: list[Any] = []
     res = _compile_one(variant, target, {"maxnreg": maxnreg} if maxnreg else None, built)
-    return res, built[0] if built else None
+    return res, built[0]
 
 
 def _compile_one(variant: Variant, target: str, overrides: dict[str, Any] | None = None,
