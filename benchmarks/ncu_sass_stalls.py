@@ -1,6 +1,6 @@
 """Warp-stall samples per SASS instruction from Nsight Compute's source page
 (`ncu --import R.ncu-rep --page source --csv --print-source sass > R.sass.csv`, what
-benchmarks/gpu_rotary_overlap.sh writes): the share of each stall reason, samples and executions
+`python3 benchmarks/gpu.py ncu` writes): the share of each stall reason, samples and executions
 by opcode, and the instructions with most samples (index in the listing, share, executions,
 source, top reasons). Markdown-ish text on stdout.
 

@@ -130,3 +130,32 @@ def test_ncu_stalls_by_source_line_known_answer_and_refusals(tmp_path: Path) -> 
     bad = subprocess.run([*tool, str(prof), "--lines", str(short)], capture_output=True,
                          text=True)
     assert bad.returncode == 1 and "1 instructions" in bad.stderr
+
+
+def test_gpu_session_steps_parse_and_name_only_existing_files() -> None:
+    """benchmarks/gpu.py (the GPU session entry point that replaced the gpu_*.sh scripts): --help
+    lists every step, and each step's commands, printed by --dry-run, name scripts that exist and
+    `blockattn` commands whose options the CLI accepts."""
+    import shlex
+
+    from blockattn import cli
+
+    tool = [sys.executable, str(REPO / "benchmarks" / "gpu.py")]
+    helptext = subprocess.run([*tool, "--help"], capture_output=True, text=True, check=True).stdout
+    steps = ["tier", "mutants", "false-alarms", "bench", "ab", "stages", "fa4", "bless", "gate",
+             "contract", "elementwise", "session", "tune", "ncu", "gluon-tests", "ab-gluon-rotary"]
+    for step in steps:
+        assert f"\n  {step} " in helptext, step
+    out = subprocess.run([*tool, *steps, "--out", "OUT", "--dry-run", "--baseline", "B.json"],
+                         capture_output=True, text=True, check=True).stdout
+    parser = cli.build_parser()
+    for line in out.splitlines():
+        argv = shlex.split(line.split(": timeout ", 1)[1].split(" > ")[0])[1:]
+        if argv[1:3] == ["-m", "blockattn"]:
+            parser.parse_args(argv[3:])
+        for a in argv:
+            if a.startswith(("benchmarks/", "tests/")):
+                assert (REPO / a).exists(), a
+    assert not list((REPO / "benchmarks").glob("gpu_*.sh")), "the session scripts retired"
+    bad = subprocess.run([*tool, "nope", "--out", "OUT"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "invalid choice" in bad.stderr
