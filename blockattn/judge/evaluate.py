@@ -45,7 +45,7 @@ def _judge_provider(
     out, res = call_provider(prov, inp, variant)
     if out is None:
         return res
-    elapsed = res["time_s"]
+    elapsed, isolation = res["time_s"], res.get("isolation")
     tensors = {}
     try:
         model, bounds = _bounds_for(prov, inp, tol)
@@ -56,9 +56,10 @@ def _judge_provider(
             )  # fmt: skip
         del bounds
     except ValueError as exc:
-        return {"status": "error", "reason": str(exc), "time_s": elapsed}
+        return {"status": "error", "reason": str(exc), "time_s": elapsed,
+                "isolation": isolation}
     res = {"status": "ok", "reason": None, "time_s": elapsed, "tensors": tensors,
-           "provider": prov.describe()}  # fmt: skip
+           "provider": prov.describe(), "isolation": isolation}  # fmt: skip
     if prov.accuracy_model is not None:
         res["accuracy_model"] = prov.accuracy_model
     if prov.reference is not None:

@@ -114,6 +114,9 @@ class Provider:
     # How the bench times it (`_timing.Timing` entries); an outside kernel is timed through
     # `kernel` instead (`providers.timings_of`).
     timings: tuple[Any, ...] = ()
+    # The isolated judge's handle (`blockattn.run.isolated.Sandbox`) when this is its proxy of a
+    # provider that runs in a worker process: every call goes there, none runs here.
+    worker: Any = None
 
     def describe(self) -> dict[str, Any]:
         """JSON-able identity recorded with every result (which kernel, how judged, from where)."""

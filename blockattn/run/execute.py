@@ -20,6 +20,8 @@ from blockattn import providers
 from blockattn.cases.inputs import Inputs
 from blockattn.providers import OUTPUT_KEYS, Unsupported
 
+NOT_ISOLATED = "NOT ISOLATED"  # a kernel called in the judge's own process (debug mode)
+
 
 def device_info() -> dict[str, str]:
     if torch.cuda.is_available():
@@ -87,6 +89,8 @@ def call_provider(prov: providers.Provider, inp: Inputs, variant: str
     if why is not None:  # declared: recorded, never judged as a failure
         return None, {"status": "unsupported", "reason": f"{prov.name}: {why}", "declared": True,
                       "time_s": 0.0, "provider": prov.describe()}  # fmt: skip
+    if prov.worker is not None:  # isolated: the call runs in the worker, the judge stays here
+        return prov.worker.run_case(prov, inp, variant)
     before = _snapshot(inp)
     t0 = time.perf_counter()
     try:
@@ -120,4 +124,5 @@ def call_provider(prov: providers.Provider, inp: Inputs, variant: str
     if missing:
         return None, {"status": "error", "reason": f"missing outputs {missing}",
                       "time_s": elapsed}  # fmt: skip
-    return out, {"status": "ok", "reason": None, "time_s": elapsed}
+    return out, {"status": "ok", "reason": None, "time_s": elapsed,
+                 "isolation": "trusted" if prov.role == "baseline" else NOT_ISOLATED}

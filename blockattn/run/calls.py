@@ -1,0 +1,115 @@
+"""How the kernel under test is called, wherever it runs: a case through its provider's `run`, a
+contract probe through its attention callable (forward, then backward through autograd), and what
+a returned output must be.
+
+The isolated worker (`blockattn.run.worker`) and the in-process debug mode call through the same
+functions, so both judge the same calls. What a kernel returns is checked here by name: an output
+must be a dense `torch.Tensor` (not a subclass, not a lazy or nested wrapper) on the inputs'
+device; work still running when the call returned shows as outputs that change afterwards.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import torch
+from torch import Tensor
+
+KEYS = ("O", "dQ", "dK", "dV")
+
+
+def call_probe(fn: Any, p: Any) -> dict[str, Tensor]:
+    """Forward and backward of `fn` on probe `p` (a `blockattn.cases.contract.Probe`), handing
+    the kernel the probe's own views (no clone, no `.contiguous()`)."""
+    # detach() keeps the view's strides and storage offset: the kernel gets the probe's own
+    # memory layout, as autograd leaves aliasing the probe's buffers.
+    leaves = [x.detach().requires_grad_(True) for x in (p.q, p.k, p.v)]
+    args, offsets = leaves, p.offsets
+    if p.nested:  # differentiable views of the leaves; offsets travel inside the tensors
+        args = [torch.nested.nested_tensor_from_jagged(x, p.offsets.to(torch.int64))
+                for x in leaves]  # fmt: skip
+        offsets = None
+    kw = {} if p.max_seq_len is None else {"max_seq_len": p.max_seq_len}
+    o = fn(*args, offsets, block_size=p.block_size, scale=p.scale, sinu_pos=p.sinu_pos,
+           rotate_v=p.rotate_v, **kw)  # fmt: skip
+    if not isinstance(o, Tensor):
+        raise TypeError(f"returned {type(o).__name__}, expected a Tensor")
+    if p.nested:
+        if not o.is_nested:
+            raise TypeError("nested input, but the output is not a nested tensor")
+        o = o.values()
+    elif (why := output_problem(o, p.q, "the output")) is not None:
+        raise TypeError(why)
+    if o.numel() == 0 or not o.requires_grad:
+        grads: list[Tensor | None] = [None, None, None]
+        if o.numel() and not o.requires_grad:
+            raise ValueError("the output does not require grad (not differentiable)")
+    else:
+        grads = list(torch.autograd.grad(o, leaves, p.grad_out, allow_unused=True))
+    full = [torch.zeros_like(x) if g is None else g for g, x in zip(grads, leaves, strict=True)]
+    return {"O": o.detach(), "dQ": full[0], "dK": full[1], "dV": full[2]}
+
+
+def call_on_side_stream(fn: Any, p: Any) -> dict[str, Tensor]:
+    """The streams probe's call: p's buffers hold the clean inputs; they are made stale (NaN,
+    offsets zero), then rewritten on a side stream behind a sleep, and the kernel is called on
+    that stream with no synchronisation first. A kernel that launches on another stream (or
+    reads its inputs before the stream's earlier work is done) sees the stale NaN."""
+    src = {n: b.clone() for n, b in p.buffers.items()}
+    offs = p.offsets.clone()
+    for b in p.buffers.values():
+        b.fill_(float("nan"))
+    p.offsets.zero_()
+    torch.cuda.synchronize()
+    side = torch.cuda.Stream()
+    try:
+        with torch.cuda.stream(side):
+            torch.cuda._sleep(50_000_000)  # ~tens of ms of GPU time before the writes land
+            for n, b in p.buffers.items():
+                b.copy_(src[n], non_blocking=True)
+            p.offsets.copy_(offs, non_blocking=True)
+            return call_probe(fn, p)
+    finally:
+        # every path: the side stream's pending writes must land before these buffers are
+        # freed, or the allocator hands their memory to the next probe mid-write
+        torch.cuda.synchronize()
+
+
+def output_problem(o: Any, like: Tensor, what: str) -> str | None:
+    """Why `o` is not a plain dense tensor on `like`'s device (None: it is)."""
+    if type(o) is not Tensor and type(o) is not torch.nn.Parameter:
+        kind = "a tensor subclass" if isinstance(o, Tensor) else "not a tensor"
+        return (f"{what} is {type(o).__module__}.{type(o).__qualname__}: {kind} (a lazy or "
+                "deferred output, or a wrapper); a dense torch.Tensor is expected")  # fmt: skip
+    if o.is_nested or o.layout != torch.strided:
+        return f"{what} has layout {o.layout} (nested={o.is_nested}); a dense tensor is expected"
+    if o.device.type != like.device.type:
+        return f"{what} is on {o.device}, the inputs on {like.device}"
+    return None
+
+
+def bits(t: Tensor) -> Tensor:
+    """A bitwise-comparable copy (NaN == NaN of the same payload)."""
+    ints = {2: torch.int16, 4: torch.int32, 8: torch.int64, 1: torch.uint8}
+    return t.detach().clone().view(ints[t.element_size()])
+
+
+def snapshot(outs: dict[str, Tensor]) -> dict[str, Tensor]:
+    """Copies of the outputs as a caller reads them the moment the call returns: enqueued on the
+    current stream, no synchronisation first (work left on another stream is not waited for)."""
+    return {k: t.detach().clone() for k, t in outs.items()}
+
+
+def in_flight(snap: dict[str, Tensor], outs: dict[str, Tensor], threads_before: int) -> str:
+    """'' when the outputs are final at return, else which changed after the call returned."""
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    changed = [k for k, t in outs.items()
+               if t.numel() and not torch.equal(bits(snap[k]), bits(t))]  # fmt: skip
+    if not changed:
+        return ""
+    extra = threading.active_count() - threads_before
+    who = f"; {extra} thread(s) the call started are still running" if extra > 0 else ""
+    return (f"work still in flight when the call returned: {', '.join(changed)} changed after "
+            f"it returned (a side stream not joined, a background thread, deferred work){who}")
