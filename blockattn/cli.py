@@ -71,7 +71,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)  # argparse exits 2 on usage errors
     args._argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        return int(args._main(args) or 0)
+        if not hasattr(args, "call_timeout"):
+            return int(args._main(args) or 0)
+        from blockattn.commands._options import isolation
+
+        with isolation(args):  # the kernel under test runs in a worker (blockattn.run.isolated)
+            return int(args._main(args) or 0)
     except (ValueError, TypeError, OSError) as exc:  # OSError: --out is a file, no access...
         print(f"blockattn {args.command}: error: {exc}", file=sys.stderr)
         return 2

@@ -19,6 +19,7 @@ from typing import Any
 from blockattn.cases.spec import CaseSpec
 from blockattn.judge import verdict as _verdict
 from blockattn.judge.evaluate import evaluate_case
+from blockattn.run import isolated
 from blockattn.run.results import ResultsWriter, load_records
 from blockattn.run.session import provider_specs
 
@@ -105,7 +106,13 @@ def run_cases(
     elif not resume and (out / "results.jsonl").exists():
         raise ValueError(f"{out}/results.jsonl exists; pass --resume or a fresh --out")
     todo = [s for s in specs if s.case_id not in done]
+    sb = isolated.active()
+    if sb is not None:  # every kernel-role provider of the run is called in the worker
+        sb.isolate(provider_names)
     bar = Progress(len(todo), progress)
+    results_path = out / "results.jsonl"
+    before = results_path.read_bytes() if results_path.exists() else b""
+    written: list[str] = []
     with ResultsWriter(out) as w:
         for spec in todo:
             rec = evaluate_case(spec, provider_names, under_test, baseline, tol=tol)
@@ -124,10 +131,16 @@ def run_cases(
                     cmd = write_reproducer(out, rec, v.failures, str(tol.path))
                     rec["verdict"]["replay"] = cmd
             w.write(rec)
+            written.append(rec["case_id"])
             if on_record:
                 on_record(rec, tol)
             bar.step(f"{spec.case_id} {spec.short()}", status)
             if tol is not None and not rec["verdict"]["passed"]:
                 print(f"FAIL {spec.case_id}: {rec['verdict']['failures'][0]}", file=sys.stderr)
                 print(f"  replay: {rec['verdict']['replay']}", file=sys.stderr)
+    # The kernel ran beside this file: it must hold exactly what the judge wrote, or nothing
+    # in it is evidence.
+    tampered = isolated.check_results_file(out, before, written)
+    if tampered:
+        raise ValueError(f"{out}: {'; '.join(tampered)}: refused")
     return load_records(out)

@@ -114,3 +114,57 @@ def add_unreleased_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("--allow-unreleased-tolerances", action="store_true",
                    help="judge with a tolerance file that is not a released one (its sha256 is "
                         "in no MANIFEST entry of the package); reports say UNRELEASED")  # fmt: skip
+
+
+def seconds(text: str) -> float:
+    try:
+        x = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not x > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text!r}")
+    return x
+
+
+def add_isolation_options(p: argparse.ArgumentParser) -> None:
+    """The kernel under test runs in a worker process (blockattn.run.isolated)."""
+    from blockattn.run.isolated import DEFAULT_CALL_TIMEOUT
+
+    g = p.add_argument_group("isolation (the kernel under test runs in a worker process)")
+    g.add_argument("--call-timeout", type=seconds, default=None, metavar="SECONDS",
+                   help="watchdog of every call into the worker (import, forward+backward, each "
+                   f"probe, bench batches); a call past it fails its case (default "
+                   f"{DEFAULT_CALL_TIMEOUT:g})")  # fmt: skip
+    g.add_argument("--in-process", action="store_true",
+                   help="debugging only: call the kernel in the judge's own process; every "
+                   "result is stamped NOT ISOLATED and the gate refuses the run")  # fmt: skip
+
+
+def isolation(args: argparse.Namespace) -> Any:
+    """The run's isolation session (a context manager yielding `run.isolated.Sandbox`)."""
+    from blockattn.run import isolated
+
+    in_process = bool(getattr(args, "in_process", False))
+    if in_process:
+        print(f"blockattn: {isolated.NOT_ISOLATED}: --in-process calls the kernel in the judge's "
+              "own process (debugging); the gate refuses such runs", file=sys.stderr)  # fmt: skip
+    return isolated.session(getattr(args, "call_timeout", None), in_process)
+
+
+def load_provider_specs(specs: list[str] | None) -> list[str]:
+    """Load `--provider` specs: into the run's worker when isolated (their modules are never
+    imported in the judge), else here."""
+    from blockattn import providers
+    from blockattn.run import isolated
+
+    sb = isolated.active()
+    return sb.load_specs(specs) if sb is not None else providers.load_specs(specs)
+
+
+def isolate(names: list[str]) -> None:
+    """Move the kernel-role providers among `names` into the run's worker (when isolated)."""
+    from blockattn.run import isolated
+
+    sb = isolated.active()
+    if sb is not None:
+        sb.isolate(list(names))

@@ -29,6 +29,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from blockattn.commands._options import add_unreleased_option
 
     add_unreleased_option(p)
+    from blockattn.commands._options import add_isolation_options
+
+    add_isolation_options(p)
     p.add_argument("--repeats", type=int_at_least(2), default=None,
                    help="determinism repeats (default 20 on a GPU, 3 on the CPU interpreter)")
     p.add_argument("--only", default=None, metavar="PROPERTY|PROBE",
@@ -81,6 +84,9 @@ def section(name: str | None, tol, device: str, skip: bool = False
     except ValueError:
         return None, (f"### Contract battery: not run (provider {name!r} is not loaded here: "
                       "pass it with --provider)"), []  # fmt: skip
+    from blockattn.commands._options import isolate
+
+    isolate([name])  # the battery calls the kernel in the worker, never in the judge
     checks, md, replay = run_for(name, tol, device, str(tol.path))
     bad = [f"contract violated: {c.prop} ({c.probe}): {c.detail}  [replay: {c.replay}]"
            for c in failures(checks)]  # fmt: skip
@@ -101,9 +107,12 @@ def main(args: argparse.Namespace) -> int:
     from blockattn.run import session
 
     device = session.setup_device()
-    outside = providers.load_specs(args.provider)
+    from blockattn.commands._options import isolate, load_provider_specs
+
+    outside = load_provider_specs(args.provider)
     name = args.under_test or (outside[0] if outside else "blockattn")
     providers.get(name)  # unknown -> ValueError naming it (exit 2)
+    isolate([name])
     tol = load_tolerances(args, device)
     checks, md, _ = run_for(name, tol, device, str(tol.path), args.repeats, args.only)
     print(md)

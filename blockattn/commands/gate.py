@@ -14,6 +14,9 @@ HELP = (
 )
 
 
+DEFAULT_GATE_FUZZ = {"cpu": 4, "cuda": 12}  # fuzz cases beside the corpus, per device
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--tolerances", type=_tol_path, default=None,
@@ -36,6 +39,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
     add_unreleased_option(p)
+    from blockattn.commands._options import add_isolation_options
+
+    add_isolation_options(p)
 
     p.add_argument("--out", type=Path, help="where to run the corpus (default reports/gate-*)")
     p.add_argument("--resume", action="store_true",
@@ -48,11 +54,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--providers", help="comma list of providers to run (default per device)")
     p.add_argument("--max-cases", type=int_at_least(1), help="only the first N corpus cases")
     p.add_argument(
-        "--fuzz", type=int_at_least(0), default=0,
-        help="also gate N seeded fuzz cases (default 0: corpus only)",
+        "--fuzz", type=int_at_least(0), default=None,
+        help="also gate N fuzz cases drawn from --seed (default "
+        f"{DEFAULT_GATE_FUZZ['cpu']} on CPU, {DEFAULT_GATE_FUZZ['cuda']} on a GPU: answers "
+        "learned from the public corpus do not pass; 0: corpus only)",
     )  # fmt: skip
     p.add_argument("--fuzz-only", action="store_true", help="no corpus cases (needs --fuzz N)")
-    p.add_argument("--seed", type=int_at_least(0), default=0, help="fuzz sampler seed")
+    p.add_argument("--seed", type=int_at_least(0), default=None,
+                   help="fuzz sampler seed (default: drawn at run time, printed and recorded in "
+                   "run.json; --resume reuses the run's)")  # fmt: skip
     p.add_argument(
         "--profile", choices=("ci", "gpu", "nightly"), help="fuzz space (default per device)"
     )
@@ -87,11 +97,16 @@ def main(args: argparse.Namespace) -> int:
         tol_device = "cuda" if __import__("torch").cuda.is_available() else "cpu"
     tol = load_tolerances(args, tol_device)
     args.tolerances = tol.path
-    from blockattn import providers
 
-    outside = providers.load_specs(args.provider)
+    from blockattn.commands._options import load_provider_specs
+
+    outside = load_provider_specs(args.provider)
     ut = args.under_test or (outside[0] if outside else None)  # None: decided below
     baseline_cases = None
+    if args.in_process:
+        raise ValueError("--in-process: the gate refuses to judge a kernel that runs in its own "
+                         "process (debug it with `blockattn run --in-process`)")  # fmt: skip
+    _draw_fuzz(args)
     if args.fuzz_only and not args.fuzz:
         raise ValueError("--fuzz-only needs --fuzz N (N >= 1): a gate over no case shows nothing")
     if args.baseline is not None:
@@ -102,10 +117,22 @@ def main(args: argparse.Namespace) -> int:
         if not baseline_cases:
             raise ValueError(f"--baseline {args.baseline}: holds no case")
     if args.report is not None:
+        # Fails closed: a directory a run still holds, a torn line or a planned case with no
+        # record is refused (exit 2), never gated as if the cases it lacks had passed.
+        session.check_not_in_use(args.report, "gate --report")
         records = results.load_report_cases(args.report)
         out = args.report
         if not records:
             raise ValueError(f"{args.report}: no results to gate")
+        if Path(args.report).is_dir():
+            torn: list[int] = []
+            if (Path(args.report) / results.RESULTS).exists():
+                results.load_records(args.report, torn)
+            incomplete = session.completeness(args.report, records, torn)
+            if incomplete:
+                raise ValueError(f"--report {args.report}: not a complete run, refused: "
+                                 + "; ".join(incomplete) + "; finish it (its own command "
+                                 f"with --out {args.report} --resume), then gate it")  # fmt: skip
         # Default: the file's kernel under test; a report that never ran it (an outside
         # kernel's run) is judged for the kernel its records were run for.
         ran = {p for r in records for p in r.get("providers", {})}
@@ -130,7 +157,9 @@ def main(args: argparse.Namespace) -> int:
         check_resume(args, "gate")
         out = args.out or session.default_out("gate")
 
-        session.check_run_options(out, run_options(ns, ut, bl, provs, profile, tol), args.resume)
+        session.check_run_options(out, run_options(ns, ut, bl, provs, profile, tol), args.resume,
+                                  planned=[s.case_id for s in specs],
+                                  identity=session.run_identity(provs))  # fmt: skip
         _clear_stale_reproducers(Path(out))
         records = run_interruptible(ns, specs, out, provs, ut, bl, tol)
         if records is None:
@@ -141,6 +170,11 @@ def main(args: argparse.Namespace) -> int:
     from blockattn.pipeline import write_reproducer
 
     decision = decide(records, verdicts, baseline_cases, tol, ut)
+    unisolated = _not_isolated(records, ut)
+    if unisolated:  # the kernel could have reached the judge: its verdicts vouch for nothing
+        decision.fail(f"NOT ISOLATED: {len(unisolated)} case(s) ran {ut!r} in the judge's own "
+                      f"process (--in-process, or a run by an older blockattn), e.g. "
+                      f"{unisolated[0]}; the gate judges only runs whose kernel ran in a worker")
     # Every failing case gets a reproducer + replay command judged by *this* tolerance file:
     # numeric failures and regression-only ones alike (replay shows the metrics compared).
     by_id = {r["case_id"]: r for r in records}
@@ -163,9 +197,19 @@ def main(args: argparse.Namespace) -> int:
 
     # The battery calls the kernel on this machine (configured here in --report mode too).
     dev = "cpu" if args.no_contract else session.setup_device()
+    from blockattn.run import isolated
+
+    sealed = isolated.file_bytes(Path(out) / "results.jsonl")
     contract, contract_md, contract_bad = contract_section(ut, tol, dev, skip=args.no_contract)
     for line in contract_bad:
         decision.fail(line)
+    # No kernel runs past this point: its worker and every process it started are ended
+    # before the verdict is written, and the records must be those the judge wrote.
+    for line in isolated.end_worker():
+        decision.fail(line)
+    if isolated.file_bytes(Path(out) / "results.jsonl") != sealed:
+        decision.fail("results.jsonl changed while the kernel ran (after its cases were "
+                      "written): the records are not the judge's")  # fmt: skip
     regress, missing_in_baseline = decision.regressions, decision.missing_in_baseline
     failed = decision.failed
     bases = {r.get("baseline") for r in records}
@@ -236,6 +280,35 @@ def main(args: argparse.Namespace) -> int:
         print(f"note: could not write {out}/gate.md: {exc}", file=sys.stderr)
     print(md)
     return 1 if failed else 0
+
+
+def _not_isolated(records: list[dict], ut: str) -> list[str]:
+    """Case ids whose kernel under test was called in the judge's own process."""
+    return [r["case_id"] for r in records
+            if (p := r.get("providers", {}).get(ut)) and p.get("status") != "unsupported"
+            and p.get("isolation") != "worker"]  # fmt: skip
+
+
+def _draw_fuzz(args: argparse.Namespace) -> None:
+    """--fuzz and --seed defaults: a few fuzz cases from a seed drawn now (or the resumed run's),
+    so a kernel holding a table of the public corpus' answers does not pass."""
+    import json
+    import secrets
+
+    if args.report is not None:
+        return
+    if args.fuzz is None:
+        dev = "cuda" if __import__("torch").cuda.is_available() else "cpu"
+        args.fuzz = DEFAULT_GATE_FUZZ[dev]
+    if args.seed is None and args.fuzz:
+        old = Path(args.out or "") / "run.json"
+        if args.resume and old.is_file():
+            args.seed = json.loads(old.read_text()).get("seed")
+        if args.seed is None:
+            args.seed = secrets.randbelow(2**31)
+            print(f"blockattn gate: fuzz seed {args.seed} (drawn now; --seed {args.seed} repeats "
+                  "these cases)", file=sys.stderr)  # fmt: skip
+    args.seed = args.seed or 0
 
 
 def _clear_stale_reproducers(out: Path) -> None:

@@ -18,6 +18,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from blockattn.commands._options import add_unreleased_option
 
     add_unreleased_option(p)
+    from blockattn.commands._options import add_isolation_options
+
+    add_isolation_options(p)
     p.add_argument("--providers", help="comma list (default: those of the reproducer)")
     p.add_argument("--json", action="store_true", help="print the full record as JSON")
     from blockattn.commands._options import add_provider_option
@@ -60,7 +63,9 @@ def main(args: argparse.Namespace) -> int:
     run_cwd = payload.get("cwd") if isinstance(payload, dict) else None
     if specs and run_cwd and run_cwd not in sys.path and Path(run_cwd).is_dir():
         sys.path.append(run_cwd)
-    providers.load_specs(list(specs.values()))
+    from blockattn.commands._options import isolate, load_provider_specs
+
+    load_provider_specs(list(specs.values()))
     ut0, bl0, provs0 = default_providers(device)
     ut = payload.get("under_test", ut0)
     bl = bl0 if payload.get("device") != device else payload.get("baseline", bl0)
@@ -73,6 +78,7 @@ def main(args: argparse.Namespace) -> int:
     tol = tolerances.load(tolerances.resolve_path(tol_path)) if tol_path else None
     if tol is not None:
         tolerances.require_released(tol, args.allow_unreleased_tolerances)
+    isolate(provs)
     rec = evaluate_case(spec, provs, ut, bl, tol=tol)
     print(f"case {rec['case_id']}: {spec.short()}  (T={rec['T']}, device {rec['device']})")
     if rec["oracle_error"]:

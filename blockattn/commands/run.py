@@ -60,6 +60,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--no-tolerances", action="store_true", help="record metrics only")
     add_unreleased_option(p)
+    from blockattn.commands._options import add_isolation_options
+
+    add_isolation_options(p)
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--no-selfcheck", action="store_true", help="skip the oracle self-check")
     from blockattn.commands.contract import add_option as add_contract_option
@@ -75,12 +78,13 @@ def resolve_plan(args: argparse.Namespace, device: str):
     """
     from blockattn import providers
     from blockattn.cases import plan
-    from blockattn.commands._options import selection_from
-    from blockattn.run import execute
 
     # --provider specs (loaded here), or names a caller already loaded (gate)
+    from blockattn.commands._options import isolate, load_provider_specs, selection_from
+    from blockattn.run import execute
+
     outside = [*getattr(args, "outside", []),
-               *providers.load_specs(getattr(args, "provider", None))]  # fmt: skip
+               *load_provider_specs(getattr(args, "provider", None))]  # fmt: skip
     ut, bl, provs = execute.default_providers(device)
     if outside:
         ut, provs = outside[0], [*outside, bl]
@@ -93,6 +97,7 @@ def resolve_plan(args: argparse.Namespace, device: str):
     for name in {ut, bl, *provs}:
         providers.get(name)  # ValueError (exit 2) on a typo
     provs = list(dict.fromkeys([ut, bl, *provs]))
+    isolate(provs)  # every kernel-role provider runs in the worker; baselines stay here
     profile = args.profile or ("gpu" if device == "cuda" else "ci")
     corpus_only = getattr(args, "corpus_only", False)
     if corpus_only and getattr(args, "fuzz", None):
@@ -189,8 +194,12 @@ def main(args: argparse.Namespace) -> int:
     if not specs:
         raise ValueError("no case to run: the filters/shard select none of the plan")
     out = args.out or session.default_out("run")
-    session.check_run_options(out, run_options(args, ut, bl, provs, profile, tol), args.resume)
     info = device_info()
+    # Refusals first (nothing written); then the lock, and run.json with the planned case ids
+    # and the identity of the kernels, device and versions (--resume refuses any change).
+    session.check_run_options(out, run_options(args, ut, bl, provs, profile, tol), args.resume,
+                              planned=[s.case_id for s in specs],
+                              identity=session.run_identity(provs, info))  # fmt: skip
     print(
         f"blockattn run: {len(specs)} cases on {info['device']} ({info['gpu']}), "
         f"providers {provs}, under test {ut}, baseline {bl}, profile {profile}, "
@@ -202,9 +211,21 @@ def main(args: argparse.Namespace) -> int:
         return 130  # 128 + SIGINT, the shell convention for an interrupted command
     checks = None if args.no_selfcheck else selfcheck_section(device)
     from blockattn.commands.contract import section as contract_section
+    from blockattn.run import isolated
 
+    sealed = isolated.file_bytes(Path(out) / "results.jsonl")
     contract, contract_md, contract_bad = contract_section(
         ut, tol, device, skip=getattr(args, "no_contract", False))
+    # no kernel runs past this point (its worker and strays are ended), and the records must
+    # be the ones the judge wrote
+    contract_bad = [*contract_bad, *isolated.end_worker()]
+    if isolated.file_bytes(Path(out) / "results.jsonl") != sealed:
+        contract_bad.append("results.jsonl changed while the kernel ran (after its cases were "
+                            "written): the records are not the judge's")  # fmt: skip
+    sb = isolated.active()
+    if sb is not None and sb.in_process:
+        contract_md = (f"### ⚠️ {isolated.NOT_ISOLATED}: the kernel ran in the judge's own "
+                       "process (--in-process)\n\n" + contract_md)
     meta = {
         **info,
         "commit": git_commit(),

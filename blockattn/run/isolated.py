@@ -420,6 +420,15 @@ class Sandbox:
 
     # ------------------------------------------------------------------ end
 
+    def end_worker(self) -> list[str]:
+        """End the worker and everything it started, before any verdict is written; lines
+        naming what had to be killed beyond the worker itself (a kernel's stray processes)."""
+        if self.worker is not None:
+            self.strays += self.worker.kill()
+            self.worker = None
+        return [f"the kernel left {len(self.strays)} process(es) running outside its worker "
+                f"(pids {self.strays[:5]}); killed"] if self.strays else []  # fmt: skip
+
     def close(self) -> None:
         if self.worker is not None:
             if self.worker.ch is not None and self.worker.alive():
@@ -443,6 +452,44 @@ def _expected(inp: Any, variant: str) -> dict[str, torch.Tensor]:
     if variant == "projection":
         return {"O": inp.q, "dX": inp.x, "dW": inp.w, "dbias": inp.bias}
     return {"O": inp.q, "dQ": inp.q, "dK": inp.k, "dV": inp.v}
+
+
+def end_worker() -> list[str]:
+    """`Sandbox.end_worker` of the active session ([] when none)."""
+    sb = active()
+    return sb.end_worker() if sb is not None else []
+
+
+def file_bytes(path: Path) -> bytes | None:
+    try:
+        return Path(path).read_bytes()
+    except OSError:
+        return None
+
+
+def check_results_file(out: Path, before: bytes, written: list[str]) -> list[str]:
+    """Lines naming how results.jsonl differs from what the judge wrote to it during the run
+    (the bytes it held before, then exactly the records `written`, by case id, in order)."""
+    import json
+
+    path = Path(out) / "results.jsonl"
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        return [f"results.jsonl unreadable after the run: {exc}"]
+    if not data.startswith(before):
+        return ["results.jsonl: lines written before this run were changed during it"]
+    ids = []
+    for line in data[len(before):].decode("utf-8", "replace").splitlines():
+        if line.strip():
+            try:
+                ids.append(json.loads(line).get("case_id"))
+            except (json.JSONDecodeError, AttributeError):
+                ids.append(None)
+    if ids != written:
+        return [f"results.jsonl holds {len(ids)} line(s) from this run where the judge wrote "
+                f"{len(written)}: something else wrote to it during the run"]  # fmt: skip
+    return []
 
 
 def active() -> Sandbox | None:
