@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# The README followed literally on a clean clone: Quick start (install, main job, optionally the
-# test suite) and every command of "Verify your own kernel", run from a separate user repository
-# whose mypkg/attn.py is examples/outside_kernel.py's `clean` kernel as `block_attention` and
-# whose examples/claims.toml is the README's example. Every step is timed; the script fails if
-# any step does. Usage: bash ci/readme_walkthrough.sh [--with-tests] [WORKDIR]
+# The README followed literally on a clean clone. The steps are the README's own code blocks:
+# every ```bash block right after a `<!-- walkthrough: WHERE -->` line, one step per command
+# line, so this script cannot drift from the text. WHERE is `clone` (run in a fresh clone of
+# this repository, as "Install" and "The main job" say) or `user` (run in a separate, empty user
+# repository beside the clone, as "Verify your own kernel" says: it copies only what the README
+# tells the user to copy). A block tagged `clone, slow` runs only with --with-tests. Every step
+# is timed; the script fails if any step does, or if the README has no marked block.
+# Usage: bash ci/readme_walkthrough.sh [--with-tests] [WORKDIR]
 set -uo pipefail
 with_tests=0
 if [ "${1:-}" = "--with-tests" ]; then with_tests=1; shift; fi
@@ -11,33 +14,45 @@ src=$(cd "$(dirname "$0")/.." && pwd)
 work=${1:-$(mktemp -d)}
 mkdir -p "$work"
 log="$work/walkthrough.log"
+: > "$log"
 failed=0
-step() {  # step NAME CMD...: run in the current directory, time it, keep going
-  local name=$1; shift
+n=0
+step() {  # step DIR CMD: run CMD (one README line) with bash in DIR, time it, keep going
+  local dir=$1 cmd=$2
+  n=$((n + 1))
   local t0=$SECONDS
-  "$@" > "$work/$name.out" 2>&1
+  (cd "$dir" && bash -c "$cmd") > "$work/step$n.out" 2>&1
   local rc=$?
-  printf '%-12s exit %-3s %4d s  %s\n' "$name" "$rc" $((SECONDS - t0)) "$*" | tee -a "$log"
-  if [ "$rc" != 0 ]; then failed=1; tail -15 "$work/$name.out"; fi
+  printf '%-6s %2d  exit %-3s %4d s  %s\n' "${dir##*/}" "$n" "$rc" $((SECONDS - t0)) "$cmd" \
+    | tee -a "$log"
+  if [ "$rc" != 0 ]; then failed=1; tail -15 "$work/step$n.out"; fi
+}
+# WHERE<TAB>command, one per line (continuation lines joined), from the README of the clone
+extract() {
+  python3 - "$1" "$with_tests" <<'EOF'
+import re, sys
+text = open(sys.argv[1]).read()
+with_tests = sys.argv[2] == "1"
+blocks = re.findall(r"^<!-- walkthrough: ([a-z, ]+) -->\n```bash\n(.*?)^```", text, re.M | re.S)
+if not blocks:
+    sys.exit("readme_walkthrough: no <!-- walkthrough: ... --> bash block in the README")
+for tags, body in blocks:
+    tags = {t.strip() for t in tags.split(",")}
+    where = "user" if "user" in tags else "clone"
+    if "slow" in tags and not with_tests:
+        continue
+    for line in re.sub(r"\\\n\s*", " ", body).splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            print(f"{where}\t{line.strip()}")
+EOF
 }
 git clone -q "$src" "$work/blockattn" || exit 2
-cd "$work/blockattn"
-step install bash ci/install.sh
-step main_job python3 -m blockattn run
-if [ "$with_tests" = 1 ]; then step tests python3 -m pytest -n 2 -m "not slow"; fi
-# "Verify your own kernel", from the user's own repository
 user="$work/user"
-mkdir -p "$user/mypkg" "$user/examples"
-cd "$user"
-touch mypkg/__init__.py
-{ cat "$work/blockattn/examples/outside_kernel.py"; echo; echo "block_attention = clean"; } \
-  > mypkg/attn.py
-cp "$work/blockattn/examples/claims.toml" examples/claims.toml
-step run blockattn run --provider mypkg.attn:block_attention
-step old_dir blockattn run --provider mine=mypkg.attn:block_attention --corpus-only --out OLD_DIR
-step gate blockattn gate --provider mine=mypkg.attn:block_attention --baseline OLD_DIR
-step bench blockattn bench --smoke --provider mypkg.attn:block_attention
-step audit blockattn audit --provider mine=mypkg.attn:block_attention --claims examples/claims.toml
-step pytest python3 -m pytest --blockattn-provider mypkg.attn:block_attention -n 2
-echo "walkthrough: $([ $failed = 0 ] && echo all steps passed || echo SOME STEP FAILED) ($work)" | tee -a "$log"
+mkdir -p "$user"
+steps=$(extract "$work/blockattn/README.md") || exit 2
+while IFS=$'\t' read -r where cmd; do
+  if [ "$where" = user ]; then step "$user" "$cmd"; else step "$work/blockattn" "$cmd"; fi
+done <<< "$steps"
+echo "walkthrough: $n steps, $([ $failed = 0 ] && echo all passed || echo SOME STEP FAILED)" \
+  "($work)" | tee -a "$log"
 exit $failed
