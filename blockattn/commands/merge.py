@@ -37,6 +37,8 @@ def main(args: argparse.Namespace) -> int:
 
     if args.out.exists() and any(args.out.iterdir()):
         raise ValueError(f"--out {args.out}: exists and is not empty")
+    for d in args.dirs:
+        session.check_not_in_use(d, "merge")
     opts = {d: _options(d) for d in args.dirs}
     shards = {d: tuple(o["selection"].get("shard") or (1, 1)) for d, o in opts.items()}
     counts = {n for _, n in shards.values()}
@@ -55,12 +57,21 @@ def main(args: argparse.Namespace) -> int:
     first = next(iter(opts.values()))
 
     def strip(o: dict) -> dict:
+        o = {k: v for k, v in o.items() if k not in session.NOT_OPTIONS}
         return {**o, "selection": {**o["selection"], "shard": None}}
+
+    def software(o: dict) -> dict:  # shards may run on several GPUs of one kind
+        ident = o.get(session.IDENTITY) or {}
+        return {k: ident.get(k) for k in ("providers", "device", "versions")}
 
     for d, o in opts.items():
         diff = sorted(k for k in {*o, *first} if strip(o).get(k) != strip(first).get(k))
         if diff:
             raise ValueError(f"{d}: run with other options than {args.dirs[0]}: {diff}")
+        changed = session._identity_diff(software(first), software(o))
+        if changed:
+            raise ValueError(f"{d}: run by other kernels, device or versions than "
+                             f"{args.dirs[0]}: {'; '.join(changed[:6])}")  # fmt: skip
     records, where = [], {}
     for d in args.dirs:
         torn: list[int] = []
@@ -72,6 +83,10 @@ def main(args: argparse.Namespace) -> int:
         if torn:
             raise ValueError(f"{d}/results.jsonl has {len(torn)} torn line(s): a shard died; "
                              "resume it (run --resume) before merging")  # fmt: skip
+        incomplete = session.completeness(d, [r for r in records if where[r["case_id"]] == d])
+        if incomplete:
+            raise ValueError(f"{d}: an incomplete shard ({'; '.join(incomplete)}); resume it "
+                             "(its command with --resume) before merging")  # fmt: skip
     if not records:
         raise ValueError("the shards hold no case")
     metas = []
@@ -97,7 +112,11 @@ def main(args: argparse.Namespace) -> int:
         "command": session.command_line(args),
         "finished": session.timestamp(),
     }
-    (args.out / session.RUN_OPTIONS).write_text(json.dumps(strip(first), indent=1) + "\n")
+    merged_opts = {**strip(first), session.IDENTITY: first.get(session.IDENTITY)}
+    if all(isinstance(o.get(session.PLANNED), list) for o in opts.values()):
+        merged_opts[session.PLANNED] = [c for i in sorted(seen)
+                                        for c in opts[seen[i]][session.PLANNED]]  # fmt: skip
+    (args.out / session.RUN_OPTIONS).write_text(json.dumps(merged_opts, indent=1) + "\n")
     report_json.write_report_json(args.out, records, meta)
     print(f"merged {len(records)} cases from {n} shards into {args.out}; judge with "
           f"`blockattn gate --report {args.out} --tolerances ...`")  # fmt: skip

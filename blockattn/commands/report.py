@@ -41,8 +41,10 @@ def load_report_json(d: Path) -> dict[str, Any] | None:
 
 def main(args: argparse.Namespace) -> int:
     from blockattn.report.html import read_gate_md, render
+    from blockattn.run import session
     from blockattn.run.results import RESULTS, load_records
 
+    session.check_not_in_use(args.dir, "report")
     report = load_report_json(args.dir)
     torn: list[int] = []
     if (args.dir / RESULTS).exists() or report is None or not isinstance(report.get("cases"), list):
@@ -55,7 +57,10 @@ def main(args: argparse.Namespace) -> int:
             f"(line {', '.join(map(str, torn[:10]))}): cases cut off by a killed run",
             file=sys.stderr,
         )
-    partial = is_partial(args.dir)
+    incomplete = session.completeness(args.dir, records, torn)
+    for line in incomplete:  # rendered all the same (partial runs ok), but never silently
+        print(f"note: incomplete run: {line}", file=sys.stderr)
+    partial = is_partial(args.dir) or bool(incomplete)
     meta = report.get("meta") if report and isinstance(report.get("meta"), dict) else None
     checks = (
         report.get("selfcheck") if report and isinstance(report.get("selfcheck"), list) else None
@@ -69,8 +74,11 @@ def main(args: argparse.Namespace) -> int:
         gate=read_gate_md(args.dir / "gate.md"),
         contract=(report.get("contract")
                   if report and isinstance(report.get("contract"), list) else None),
+        incomplete=incomplete,
     )
-    print(f"{len(records)} cases{' (partial)' if partial else ''}")
+    planned = session.planned_of(args.dir)
+    print(f"{len(records)} cases{' (partial)' if partial else ''}"
+          + (f" of {len(planned)} planned" if planned is not None else ""))  # fmt: skip
     for k, p in files.items():
         print(f"  {k}: {p}")
     return 0

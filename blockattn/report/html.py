@@ -29,6 +29,7 @@ from blockattn.report.summarize import (
 NOT_RECORDED = "not recorded"
 _GATE_HEAD = re.compile(r"^##\s*blockattn gate:.*?\b(PASS|FAIL)\b", re.M)
 _GATE_TOL = re.compile(r"^Tolerances `([^`]+)`", re.M)
+_GATE_UNRELEASED = re.compile(r"^> ⚠️ UNRELEASED tolerance file", re.M)
 
 
 def read_gate_md(path: Path) -> dict[str, Any] | None:
@@ -43,7 +44,18 @@ def read_gate_md(path: Path) -> dict[str, Any] | None:
     return {
         "decision": head.group(1) if head else None,
         "tolerances": tol.group(1) if tol else None,
+        "unreleased": _GATE_UNRELEASED.search(text) is not None,
     }
+
+
+def unreleased_note(meta: dict[str, Any] | None, gate: dict[str, Any] | None) -> str | None:
+    """The UNRELEASED line where the verdicts come from a tolerance file that is not a released
+    one (report.json's `tolerances_released: false`, or a gate.md that says so)."""
+    if (meta or {}).get("tolerances_released") is False or (gate or {}).get("unreleased"):
+        sha = (meta or {}).get("tolerances_sha256")
+        return ("UNRELEASED tolerance file" + (f" (sha256 {sha})" if sha else "")
+                + ": its verdicts are vouched for by nobody but whoever wrote it")  # fmt: skip
+    return None
 
 
 def banner(
@@ -360,6 +372,7 @@ def report_markdown(
     c = b["counts"]
     md = [
         f"# blockattn verification report: {b['word']}"
+        + (" (UNRELEASED tolerances)" if b.get("unreleased") else "")
         + (" (partial: run still going or died)" if partial else ""),
         "",
         f"**{_counts_line(c)}**",
@@ -456,16 +469,25 @@ def render(
     selfcheck: list[dict[str, Any]] | None = None,
     gate: dict[str, Any] | None = None,
     contract: list[dict[str, Any]] | None = None,
+    incomplete: list[str] | None = None,
 ) -> dict[str, Path]:
     """Write report.html, report.md and plots/*.png for `records` into `out`.
 
     meta / selfcheck: report.json's (None where the directory has none); gate: read_gate_md's.
-    Never writes summary.md or gate.md: those are the run's and the gate's own records.
+    incomplete: why the directory is not a complete run (`session.completeness`), said at the
+    top. Never writes summary.md or gate.md: those are the run's and the gate's own records.
     """
     out.mkdir(parents=True, exist_ok=True)
     plots = make_plots(records, out) if records else []
     ew_html, ew_pngs = elementwise_sections(records, out)
     b = banner(records, selfcheck, gate, contract)
+    if incomplete:
+        partial = True
+        b["reasons"] = [f"INCOMPLETE: {x}" for x in incomplete] + b["reasons"]
+    unreleased = unreleased_note(meta, gate)
+    if unreleased:
+        b["reasons"] = [unreleased, *b["reasons"]]
+        b["unreleased"] = True
     prov = provenance(records, meta, gate)
     rows = bound_rows(records, under_test=(meta or {}).get("under_test"))
     images = [*ew_pngs.values(), *plots]
@@ -494,7 +516,8 @@ def render(
         else ""
     )
     head = (
-        f"<div class='banner {word.replace(' ', '')}' id='banner'><h1>{word}</h1>"
+        f"<div class='banner {word.replace(' ', '')}' id='banner'><h1>{word}"
+        + (" (UNRELEASED tolerances)" if b.get("unreleased") else "") + "</h1>"
         f"<p>{_esc(_counts_line(b['counts']))}</p>"
         + (f"<p class='sub'>{_esc(judged_by)}</p>" if judged_by else "")
         + (f"<ul>{reasons}</ul>" if reasons else "")
@@ -532,7 +555,8 @@ def render(
     )  # fmt: skip
     page = (
         "<!doctype html><html><head><meta charset='utf-8'>"
-        f"<title>blockattn report: {word}</title><style>{_CSS}</style></head><body>\n"
+        f"<title>blockattn report: {word}{' UNRELEASED' if b.get('unreleased') else ''}"
+        f"</title><style>{_CSS}</style></head><body>\n"
         f"{body}\n</body></html>\n"
     )
     (out / "report.html").write_text(page)
