@@ -214,7 +214,8 @@ def main(args: argparse.Namespace) -> int:
     failed = decision.failed
     bases = {r.get("baseline") for r in records}
     lines = [
-        f"## blockattn gate: {'❌ FAIL' if failed else '✅ PASS'}",
+        f"## blockattn gate: {'❌ FAIL' if failed else '✅ PASS'}"
+        + (" (UNRELEASED tolerances)" if tol.released_as is None else ""),
         "",
         f"Tolerances `{args.tolerances}` ({tol.label}, status {tol.data['status']}, sha256 "
         f"{tol.sha256[:12]}, calibrated on {tol.data['provenance']['device']}: "
@@ -266,6 +267,7 @@ def main(args: argparse.Namespace) -> int:
             **device_info(), "commit": git_commit(), "kind": "gate", "under_test": ut,
             "providers": sorted({p for r in records for p in r["providers"]}),
             "tolerances": str(args.tolerances), "tolerances_sha256": tol.sha256,
+            "tolerances_released": tol.released_as is not None,
             "baseline_report": str(args.baseline) if args.baseline else None,
             "command": session.command_line(args),
             "provider_specs": session.provider_specs(sorted({p for r in records

@@ -181,7 +181,6 @@ def run_interruptible(args: argparse.Namespace, specs: list, out: Path, provs: l
 def main(args: argparse.Namespace) -> int:
     from blockattn.judge import verdict
     from blockattn.report import report_json
-    from blockattn.report.summarize import markdown_tables, verdict_markdown
     from blockattn.run import session
     from blockattn.run.execute import device_info, git_commit
 
@@ -203,7 +202,8 @@ def main(args: argparse.Namespace) -> int:
     print(
         f"blockattn run: {len(specs)} cases on {info['device']} ({info['gpu']}), "
         f"providers {provs}, under test {ut}, baseline {bl}, profile {profile}, "
-        f"tolerances {tol.path if tol else 'none'} -> {out}",
+        f"tolerances {tol.path if tol else 'none'}"
+        f"{' (UNRELEASED)' if tol and tol.released_as is None else ''} -> {out}",
         file=sys.stderr,
     )
     records = run_interruptible(args, specs, out, provs, ut, bl, tol)
@@ -235,6 +235,7 @@ def main(args: argparse.Namespace) -> int:
         "providers": provs,
         "tolerances": str(tol.path) if tol else None,
         "tolerances_sha256": tol.sha256 if tol else None,
+        "tolerances_released": (tol.released_as is not None) if tol else None,
         "command": session.command_line(args),
         "provider_specs": session.provider_specs(provs),
         "n_cases": len(records),
@@ -243,22 +244,14 @@ def main(args: argparse.Namespace) -> int:
     verdicts = [verdict.evaluate(r, tol, ut) for r in records] if tol else []
     report_json.write_report_json(out, records, meta, {"selfcheck": checks,
                                                        "contract": contract})  # fmt: skip
-    md = [f"# blockattn run — {info['device']} ({info['gpu']}), commit {meta['commit']}", ""]
-    if tol:
-        md += [verdict_markdown(verdicts, records), ""]
-    md += [contract_md, ""]
-    md += [markdown_tables(records)]
-    if checks is not None:
-        md += [
-            "",
-            "## Oracle self-check",
-            "",
-            "| check | value | bound | passed |",
-            "|---|---|---|---|",
-        ]
-        md += [f"| {c['name']} | {c['value']} | {c['bound']} | {c['passed']} |" for c in checks]
-    (out / "summary.md").write_text("\n".join(md) + "\n")
-    print("\n".join(md))
+    from blockattn.report.summarize import run_summary_markdown
+
+    summary = run_summary_markdown(
+        info=info, commit=meta["commit"], tol=tol, under_test=ut, verdicts=verdicts,
+        records=records, contract_md=contract_md, contract_bad=contract_bad, checks=checks,
+    )  # fmt: skip
+    (out / "summary.md").write_text(summary)
+    print(summary)
     print(f"\nreport: {out}/summary.md  (plots: blockattn report {out})", file=sys.stderr)
     failed = any(not v.passed for v in verdicts)
     failed = failed or any(not c.get("passed", True) for c in checks or [])

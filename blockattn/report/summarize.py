@@ -106,7 +106,7 @@ def markdown_tables(records: list[dict[str, Any]]) -> str:
         "| provider | variant | dtype | tensor | n | max err/floor | p50 err/floor | "
         "max abs err | min SNR dB | max err/baseline | NaN/Inf |"
         + (f" {ULP_HEADER} |" if ew else ""),
-        "|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" * 6 if ew else ""),
+        "|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" * 7 if ew else ""),
     ]
     for row in _tensor_rows(records):
         lines.append(
@@ -582,3 +582,98 @@ def bound_rows(
         )
     )
     return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# summary.md of a run: headline, UNRELEASED, legend
+
+
+def unreleased_line(tol: Any) -> str | None:
+    """The warning every output of a run judged by an unreleased tolerance file carries."""
+    if tol is None or tol.released_as is not None:
+        return None
+    return (f"> ⚠️ UNRELEASED tolerance file `{tol.path}` (sha256 {tol.sha256}): its verdicts "
+            "are vouched for by nobody but whoever wrote it")  # fmt: skip
+
+
+LEGEND = """<details><summary>What the columns mean</summary>
+
+Every error is measured against the FP64 oracle on the same inputs, per case, then aggregated
+over the cases of a row (provider x variant x dtype x tensor).
+
+- **n**: cases in the row. **status counts**: did each provider run (ok, unsupported, error);
+  not the verdict.
+- **max err/floor**: max |err| divided by the rounding floor, the error of rounding the exact
+  result to the output dtype. 1.00 is as good as the dtype allows. **p50 err/floor**: the median
+  over the cases.
+- **max abs err**: the largest absolute error. **min SNR dB**: the lowest signal-to-noise ratio
+  (higher is better).
+- **max err/baseline**: the error over the baseline provider's on the same case (below 1: more
+  accurate than the baseline; "-" for the baseline itself).
+- **NaN/Inf**: non-finite elements where the oracle is finite (should be 0).
+- **% correctly rounded / % faithful**: elements within 0.5 / 1 ulp (unit in the last place of
+  the output dtype at that element) of the oracle.
+- **p99.99 ulp / max ulp**: the error in ulps. **max ulp** can read 1e12 on a correct kernel: an
+  element whose exact value is tiny (a cancellation near 0) has a tiny ulp, so a small absolute
+  error is many of them; **max ulp, not tiny** leaves those elements out.
+- **violations**: elements above the bound of the kernel's accuracy model (should be 0).
+- **headroom**: the smallest bound / error over the elements, the factor by which the worst
+  element's error could grow before it violates. **1x** is within the bound, exactly at it: the
+  usual reading where the bound is the dtype's own rounding, which a correctly rounded element
+  meets with equality. **exact**: no error at all. **VIOLATED**: some element exceeds it.
+
+</details>"""
+
+
+def run_summary_markdown(
+    *,
+    info: dict[str, Any],
+    commit: str,
+    tol: Any,
+    under_test: str,
+    verdicts: list[Verdict],
+    records: list[dict[str, Any]],
+    contract_md: str,
+    contract_bad: list[str],
+    checks: list[dict[str, Any]] | None,
+) -> str:
+    """summary.md of `blockattn run`: a PASS / FAIL / NOT JUDGED headline first (with the
+    UNRELEASED warning where it applies), the verdicts, the contract, the tables and a legend
+    of their columns."""
+    judged = [v for v in verdicts if not v.skipped]
+    failed = [v for v in verdicts if not v.passed]
+    bad_checks = [c for c in checks or [] if not c.get("passed", True)]
+    why: list[str] = []
+    if failed:
+        why.append(f"{len(failed)} of {len(judged)} judged case(s) failed")
+    if contract_bad:
+        why.append(f"{len(contract_bad)} contract violation(s)")
+    if bad_checks:
+        why.append(f"{len(bad_checks)} oracle self-check(s) failed")
+    if tol is not None and not judged:
+        why.append(f"zero cases judged for {under_test!r} (none supported here)")
+    if tol is None:
+        word = "NOT JUDGED"
+        why.append("--no-tolerances: metrics only, no verdict")
+    else:
+        word = "❌ FAIL" if why else "✅ PASS"
+    unrel = unreleased_line(tol)
+    head = f"# blockattn run: {word}" + (" (UNRELEASED tolerances)" if unrel else "")
+    md = [
+        head,
+        "",
+        f"{info['device']} ({info['gpu']}), commit {commit} · under test `{under_test}` · "
+        + (f"tolerances {tol.label}" if tol is not None else "no tolerance file")
+        + (f" · {'; '.join(why)}" if why else f" · {len(judged)} judged case(s) passed"),
+        "",
+    ]
+    if unrel:
+        md += [unrel, ""]
+    if tol is not None:
+        md += [verdict_markdown(verdicts, records), ""]
+    md += [contract_md, "", markdown_tables(records), "", LEGEND]
+    if checks is not None:
+        md += ["", "## Oracle self-check", "", "| check | value | bound | passed |",
+               "|---|---|---|---|"]  # fmt: skip
+        md += [f"| {c['name']} | {c['value']} | {c['bound']} | {c['passed']} |" for c in checks]
+    return "\n".join(md) + "\n"
