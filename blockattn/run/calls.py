@@ -11,6 +11,7 @@ device; work still running when the call returned shows as outputs that change a
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import torch
@@ -101,15 +102,24 @@ def snapshot(outs: dict[str, Tensor]) -> dict[str, Tensor]:
     return {k: t.detach().clone() for k, t in outs.items()}
 
 
-def in_flight(snap: dict[str, Tensor], outs: dict[str, Tensor], threads_before: int) -> str:
-    """'' when the outputs are final at return, else which changed after the call returned."""
+def threads() -> set[threading.Thread]:
+    return set(threading.enumerate())
+
+
+def in_flight(snap: dict[str, Tensor], outs: dict[str, Tensor],
+              before: set[threading.Thread], grace_s: float = 10.0) -> str:  # fmt: skip
+    """'' when the outputs are final at return, else which changed after the call returned.
+    Threads the call started and left running get `grace_s` to finish first."""
     if torch.cuda.is_available():
         torch.cuda.synchronize()
+    started = [t for t in threading.enumerate() if t not in before and t.is_alive()]
+    deadline = time.monotonic() + grace_s
+    for t in started:
+        t.join(max(0.0, deadline - time.monotonic()))
     changed = [k for k, t in outs.items()
                if t.numel() and not torch.equal(bits(snap[k]), bits(t))]  # fmt: skip
     if not changed:
         return ""
-    extra = threading.active_count() - threads_before
-    who = f"; {extra} thread(s) the call started are still running" if extra > 0 else ""
+    who = f"; the call left {len(started)} thread(s) running" if started else ""
     return (f"work still in flight when the call returned: {', '.join(changed)} changed after "
             f"it returned (a side stream not joined, a background thread, deferred work){who}")

@@ -18,7 +18,6 @@ from __future__ import annotations
 import os
 import socket
 import sys
-import threading
 import time
 import traceback
 from types import SimpleNamespace
@@ -110,7 +109,7 @@ def run_case(msg: dict, tensors: list, provs: dict) -> tuple[dict, list]:
     named = dict(zip(msg["names"], _to_device(tensors, msg["device"]), strict=True))
     inp = Inputs(spec=CaseSpec.from_dict(msg["spec"]), **named)
     before = {n: calls.bits(t) for n, t in named.items()}
-    threads = threading.active_count()
+    threads = calls.threads()
     t0 = time.perf_counter()
     try:
         out = prov.run(inp, variant)
@@ -162,7 +161,7 @@ def probe(msg: dict, tensors: list, provs: dict) -> tuple[dict, list]:
     p = SimpleNamespace(q=v["q"], k=v["k"], v=v["v"], grad_out=v["grad_out"],
                         offsets=v["offsets"], sinu_pos=v["sinu_pos"], buffers=buffers,
                         **msg["fields"])  # fmt: skip
-    threads = threading.active_count()
+    threads = calls.threads()
     t0 = time.perf_counter()
     if msg["streams"]:
         outs = calls.call_on_side_stream(prov.kernel, p)

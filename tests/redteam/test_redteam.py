@@ -1,0 +1,163 @@
+"""The red-team catalog: every published reward-hack pattern that applies to a Python/Triton
+attention kernel, and each attack measured on blockattn before isolation, run through the real
+commands as an outside kernel. Each must fail (or be refused) with a line naming what it did;
+the honest control must pass. GPU-only patterns (CUDA faults, side streams, timing) are marked
+`gpu`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import adversaries  # noqa: E402  (the kernels live beside this file)
+
+TIMEOUT = "120"
+
+
+def _blockattn(args: list[str], tmp: Path, note: Path | None = None, timeout: int = 600
+               ) -> subprocess.CompletedProcess:  # fmt: skip
+    env = {**os.environ, "REDTEAM_NOTE": str(note or tmp / "note.txt")}
+    return subprocess.run([sys.executable, "-m", "blockattn", *args], cwd=HERE, env=env,
+                          capture_output=True, text=True, timeout=timeout)  # fmt: skip
+
+
+def _records(out: Path) -> list[dict]:
+    return [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines() if x]
+
+
+@pytest.fixture(scope="module")
+def catalog_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, Path]:
+    """One `blockattn run` over two small corpus cases with every CPU adversary as a provider:
+    each one that kills its worker is followed by a fresh worker for the next call."""
+    tmp = tmp_path_factory.mktemp("redteam")
+    out, note = tmp / "run", tmp / "note.txt"
+    provs = [f"--provider={n}=adversaries:{n}" for n in ("honest", *adversaries.CPU_CATALOG)]
+    r = _blockattn(["run", *provs, "--out", str(out), "--max-cases", "1", "--fuzz", "0",
+                    "--no-contract", "--no-selfcheck", "--no-progress", "--call-timeout",
+                    TIMEOUT], tmp, note)  # fmt: skip
+    log = r.stdout + r.stderr + f"\nrc={r.returncode}"
+    # Those that answered are judged numerically: the gate over this run's records, each as
+    # the kernel under test (no kernel is called again; the judge's metrics are in the records)
+    gates = {}
+    for name in adversaries.CPU_CATALOG:
+        if all(x["providers"][name]["status"] == "ok" for x in _records(out)):
+            g = _blockattn(["gate", "--report", str(out), "--under-test", name, "--no-contract"],
+                           tmp)  # fmt: skip
+            gates[name] = (g.returncode, g.stdout + g.stderr)
+    return out, log, note, gates
+
+
+def test_honest_control_passes(catalog_run) -> None:
+    out, log, _, _ = catalog_run
+    recs = _records(out)
+    assert len(recs) == 1, log
+    for r in recs:
+        p = r["providers"]["honest"]
+        assert p["status"] == "ok" and p["isolation"] == "worker", (p, log)
+
+
+@pytest.mark.parametrize("name", list(adversaries.CPU_CATALOG))
+def test_adversary_fails_by_name(catalog_run, name: str) -> None:
+    out, log, _, gates = catalog_run
+    assert "rc=1" in log, log[-2000:]
+    _, words = adversaries.CPU_CATALOG[name]
+    if name in gates:  # it answered: the gate judges its numbers
+        rc, text = gates[name]
+        assert rc == 1, text[-2000:]
+        assert any(w in text.lower() for w in words), (name, text[-2000:])
+        return
+    for r in _records(out):
+        p = r["providers"][name]
+        assert p.get("isolation") == "worker", p
+        assert p["status"] == "error", p
+        assert any(w in str(p["reason"]).lower() for w in words), (name, p["reason"][:500])
+
+
+def test_oracle_is_not_in_the_workers_heap(catalog_run) -> None:
+    _, log, note, _ = catalog_run
+    lines = [x for x in note.read_text().splitlines() if x.startswith("oracle_search")]
+    assert lines and all(x.endswith(" 0") for x in lines), (lines, log[-1500:])
+
+
+def test_hang_fails_its_case_and_the_run_goes_on(tmp_path: Path) -> None:
+    """A kernel that deadlocks on its first call: that case fails by the watchdog within the
+    timeout, a fresh worker judges the next case (and passes it)."""
+    out = tmp_path / "g"
+    r = _blockattn(["gate", "--provider", "hang_once=adversaries:hang_once", "--out", str(out),
+                    "--max-cases", "2", "--fuzz", "0", "--no-contract", "--no-progress",
+                    "--call-timeout", "10"], tmp_path)  # fmt: skip
+    assert r.returncode == 1, r.stderr[-2000:]
+    recs = _records(out)
+    assert len(recs) == 2
+    first, second = (x["providers"]["hang_once"] for x in recs)
+    assert "watchdog" in first["reason"] and "10 s" in first["reason"], first
+    assert second["status"] == "ok" and recs[1]["verdict"]["passed"], second
+    assert "watchdog" in (out / "gate.md").read_text()
+
+
+def test_exit_zero_fails_the_gate(tmp_path: Path) -> None:
+    r = _blockattn(["gate", "--provider", "x=adversaries:exit_zero", "--out",
+                    str(tmp_path / "g"), "--max-cases", "1", "--fuzz", "0", "--no-contract",
+                    "--no-progress"], tmp_path)  # fmt: skip
+    assert r.returncode == 1, r.stderr[-2000:]
+    assert "exited with code 0" in (tmp_path / "g" / "gate.md").read_text()
+
+
+def test_forged_results_line_is_refused(tmp_path: Path) -> None:
+    note = tmp_path / "note.txt"
+    out = tmp_path / "g"
+    r = _blockattn(["run", "--provider", "w=adversaries:write_results", "--out", str(out),
+                    "--max-cases", "2", "--fuzz", "0", "--no-contract", "--no-selfcheck",
+                    "--no-progress"], tmp_path, note)  # fmt: skip
+    assert "write_results appended" in note.read_text(), note.read_text()
+    assert r.returncode != 0
+    assert "something else wrote to it" in r.stderr, r.stderr[-2000:]
+
+
+def test_grandchild_is_killed_and_named(tmp_path: Path) -> None:
+    note = tmp_path / "note.txt"
+    r = _blockattn(["gate", "--provider", "g=adversaries:grandchild", "--out",
+                    str(tmp_path / "g"), "--max-cases", "1", "--fuzz", "0", "--no-contract",
+                    "--no-progress"], tmp_path, note)  # fmt: skip
+    pids = [int(x.split()[-1]) for x in note.read_text().splitlines() if x.startswith("grand")]
+    assert pids
+    for pid in pids:
+        assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text(
+        ).split()[2], f"grandchild {pid} outlived the run"  # fmt: skip
+    assert r.returncode == 1
+    assert "process(es) running outside its worker" in (tmp_path / "g" / "gate.md").read_text()
+
+
+def test_corpus_answer_table_fails_on_fuzz(tmp_path: Path) -> None:
+    """A kernel that knows the public corpus' answers passes the corpus alone and fails the
+    fuzz cases the gate draws by default."""
+    r = _blockattn(["gate", "--provider", "t=adversaries:corpus_table", "--out",
+                    str(tmp_path / "g"), "--fuzz-only", "--fuzz", "2", "--no-contract",
+                    "--no-progress"], tmp_path)  # fmt: skip
+    assert r.returncode == 1, r.stderr[-2000:]
+    assert "fuzz seed" in r.stderr  # drawn at run time, printed
+
+
+def test_parent_memory_is_not_readable(tmp_path: Path) -> None:
+    if os.geteuid() == 0:
+        pytest.skip("as root, PR_SET_DUMPABLE does not stop /proc reads (docs/isolation.md)")
+    note = tmp_path / "note.txt"
+    _blockattn(["run", "--provider", "m=adversaries:read_parent_memory", "--out",
+                str(tmp_path / "g"), "--max-cases", "1", "--fuzz", "0", "--no-contract",
+                "--no-selfcheck", "--no-progress"], tmp_path, note)  # fmt: skip
+    text = note.read_text()
+    assert "environ denied" in text and "mem denied" in text, text
+
+
+def test_in_process_is_refused_by_the_gate(tmp_path: Path) -> None:
+    r = _blockattn(["gate", "--in-process", "--out", str(tmp_path / "g"), "--max-cases", "1"],
+                   tmp_path)  # fmt: skip
+    assert r.returncode == 2 and "--in-process" in r.stderr
