@@ -66,6 +66,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="judge with a tolerance file that is not released (reports say UNRELEASED)")
     g.addoption("--blockattn-baseline", dest="blockattn_baseline", metavar="PROVIDER",
                 help="baseline provider run next to it (default fa2 on GPU, eager on CPU)")
+    g.addoption("--blockattn-call-timeout", dest="blockattn_call_timeout", type=float,
+                default=None, metavar="SECONDS",
+                help="watchdog of each call into the kernel's worker process (a call past it "
+                "fails its test; default 900)")
+    g.addoption("--blockattn-in-process", action="store_true", dest="blockattn_in_process",
+                default=False, help="debugging only: call the kernel in pytest's own process "
+                "(results are NOT ISOLATED)")
     g.addoption("--blockattn-dtype", action="append", dest="blockattn_dtype", type=dtype_name,
                 help="only cases of this dtype (repeatable)")
     g.addoption("--blockattn-head-dim", action="append", dest="blockattn_head_dim",
@@ -217,6 +224,18 @@ class BlockattnSession:
         self.config = config
         self.device = device
         self._plan: Plan | None = None
+        # One worker per test session (per xdist worker): the kernel runs there, never in this
+        # process. The user's conftest state (torch flags, environment changes made after
+        # start-up, monkeypatches) does not reach it: `blockattn_worker_init` does (docs).
+        from blockattn.run import isolated
+
+        self.sandbox = isolated.open_session(config.getoption("blockattn_call_timeout"),
+                                             config.getoption("blockattn_in_process"))
+
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        from blockattn.run import isolated
+
+        isolated.close_session(self.sandbox)
 
     # -- plan ------------------------------------------------------------------------------
     def namespace(self) -> argparse.Namespace:
@@ -317,7 +336,8 @@ class BlockattnSession:
         return [
             f"blockattn plugin: device={self.device} "
             f"TRITON_INTERPRET={os.environ.get('TRITON_INTERPRET', '<unset>')} "
-            f"providers {config.getoption('blockattn_provider')}"
+            f"providers {config.getoption('blockattn_provider')} "
+            f"isolation {self.sandbox.mode()}"
         ]
 
     def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:

@@ -496,6 +496,19 @@ def active() -> Sandbox | None:
     return _ACTIVE[-1] if _ACTIVE else None
 
 
+def open_session(call_timeout: float | None = None, in_process: bool = False) -> Sandbox:
+    """A session that stays active until `close_session` (the pytest plugin's lifetime)."""
+    sb = Sandbox(call_timeout, in_process)
+    _ACTIVE.append(sb)
+    return sb
+
+
+def close_session(sb: Sandbox) -> None:
+    if sb in _ACTIVE:
+        _ACTIVE.remove(sb)
+    sb.close()
+
+
 @contextlib.contextmanager
 def session(call_timeout: float | None = None, in_process: bool = False) -> Iterator[Sandbox]:
     """The isolation of one run: `with session(...) as sb: names = sb.load_specs(...)`."""

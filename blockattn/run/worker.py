@@ -42,7 +42,16 @@ def _fatal(exc: BaseException) -> bool:
         "device-side assert" in text)  # fmt: skip
 
 
+INIT_ENV = "BLOCKATTN_WORKER_INIT"  # MODULE:FUNCTION called once in every fresh worker
+
+
 def hello(msg: dict, tensors: list, provs: dict) -> tuple[dict, list]:
+    init = os.environ.get(INIT_ENV)
+    if init:  # the user's set-up (torch flags, seeds, ...), as the conftest did for pytest
+        import importlib
+
+        mod, _, fn = init.partition(":")
+        getattr(importlib.import_module(mod), fn)()
     dev = _device()
     x = torch.arange(4, device=dev, dtype=torch.float32)
     check = float((x * 2).sum())  # 12.0 on a working device

@@ -39,6 +39,14 @@ def refuser(q, k, v, offsets, *, block_size, scale, sinu_pos, rotate_v):
 
 
 @kernel(supports=SUP, accuracy_model="fp32-split-operands")
+def exiter(q, k, v, offsets, *, block_size, scale, sinu_pos, rotate_v):
+    # ends its process with a success code: in the judge's process this exited pytest with 0
+    import os
+
+    os._exit(0)
+
+
+@kernel(supports=SUP, accuracy_model="fp32-split-operands")
 def buggy(q, k, v, offsets, *, block_size, scale, sinu_pos, rotate_v):
     return blockattn.block_attention(q, k, v, offsets, block_size=block_size,
                                      scale=scale * 1.01, sinu_pos=sinu_pos, rotate_v=rotate_v)
@@ -200,3 +208,13 @@ def test_a_refusal_its_supports_did_not_declare_fails_not_skips(repo: Path) -> N
     assert r.returncode == 1, _out(r)
     assert "refused at run time" in r.stdout, _out(r)
     assert re.search(r"\b2 failed\b", r.stdout) and "skipped" not in r.stdout, _out(r)
+
+
+def test_a_kernel_that_exits_fails_its_tests_in_a_worker(repo: Path) -> None:
+    """The kernel runs in the plugin's worker process: os._exit(0) there fails the case by name
+    (a fresh worker takes the next one); pytest itself exits non-zero."""
+    r = _pytest(repo, "-v", "--blockattn-provider", "scratchmod:exiter",
+                "--blockattn-corpus-only", "--blockattn-variant", "plain", *_case_args(CASES))
+    assert r.returncode == 1, _out(r)
+    assert "exited with code 0" in r.stdout, _out(r)
+    assert "isolation worker" in r.stdout, _out(r)
