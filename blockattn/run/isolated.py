@@ -231,6 +231,7 @@ class Sandbox:
         self.unusable: str | None = None  # why the device cannot judge any more
         self.hardening = {} if in_process else harden_parent()
         self.strays: list[int] = []
+        self.probe_deaths = 0  # consecutive probe calls that ended their worker
 
     # ------------------------------------------------------------------ providers
 
@@ -399,10 +400,26 @@ class Sandbox:
                   "poisoned": p.poisoned}  # fmt: skip
         like = p.q
         budget = 4 * 4 * max(1, like.numel()) * 8 + sum(s.numel() for s in storages) + 1024
-        header, outs = self.ask(
+        if self.probe_deaths >= 3:  # a kernel that kills every worker: fail the rest at once
+            raise CallFailed(f"not called: the last {self.probe_deaths} probes each ended their "
+                             "worker")  # fmt: skip
+        try:
+            header, outs = self._ask_probe(prov, p, views, fields, streams, storages, budget)
+        except CallFailed:
+            self.probe_deaths += 1
+            raise
+        self.probe_deaths = 0
+        return self._probe_outputs(header, outs, storages, like)
+
+    def _ask_probe(self, prov: Provider, p: Any, views: dict, fields: dict, streams: bool,
+                   storages: list[torch.Tensor], budget: int) -> tuple[dict, list]:  # fmt: skip
+        return self.ask(
             {"op": "probe", "provider": prov.name, "views": views, "fields": fields,
-             "buffer_names": list(p.buffers), "streams": streams, "device": like.device.type},
+             "buffer_names": list(p.buffers), "streams": streams, "device": p.q.device.type},
             storages, budget, f"probe {p.name}")  # fmt: skip
+
+    def _probe_outputs(self, header: dict, outs: list, storages: list[torch.Tensor],
+                       like: torch.Tensor) -> dict[str, torch.Tensor]:  # fmt: skip
         if header.get("status") != "ok":
             raise RuntimeError(f"{header.get('reason')}")
         n = len(header.get("keys") or ())
