@@ -103,6 +103,7 @@ def main(args: argparse.Namespace) -> int:
     outside = load_provider_specs(args.provider)
     ut = args.under_test or (outside[0] if outside else None)  # None: decided below
     baseline_cases = None
+    base_warn: list[str] = []  # a baseline of another GPU, tolerance or corpus version
     if args.in_process:
         raise ValueError("--in-process: the gate refuses to judge a kernel that runs in its own "
                          "process (debug it with `blockattn run --in-process`)")  # fmt: skip
@@ -133,6 +134,12 @@ def main(args: argparse.Namespace) -> int:
                 raise ValueError(f"--report {args.report}: not a complete run, refused: "
                                  + "; ".join(incomplete) + "; finish it (its own command "
                                  f"with --out {args.report} --resume), then gate it")  # fmt: skip
+        if baseline_cases is not None:  # refused (exit 2) where the comparison is meaningless
+            from blockattn.report import baseline as _base
+
+            here = {**_base.side(records, _base._meta_of(args.report)), "tolerances": [tol.version]}
+            base_warn = _base.require_comparable(args.baseline, baseline_cases, here,
+                                                 [r["case_id"] for r in records])  # fmt: skip
         # Default: the file's kernel under test; a report that never ran it (an outside
         # kernel's run) is judged for the kernel its records were run for.
         ran = {p for r in records for p in r.get("providers", {})}
@@ -152,6 +159,15 @@ def main(args: argparse.Namespace) -> int:
         ut, bl, provs, profile, specs = resolve_plan(ns, device)
         if not specs:
             raise ValueError("no case to gate: the filters/shard select none of the plan")
+        if baseline_cases is not None:  # refused before the run where it cannot compare
+            from blockattn.cases.corpus import CORPUS_VERSION
+            from blockattn.report import baseline as _base
+            from blockattn.run.execute import device_info
+
+            here = {"device": device, "gpu": device_info()["gpu"], "tolerances": [tol.version],
+                    "corpus_version": CORPUS_VERSION}  # fmt: skip
+            base_warn = _base.require_comparable(args.baseline, baseline_cases, here,
+                                                 [s.case_id for s in specs])  # fmt: skip
         from blockattn.commands.run import check_resume, run_interruptible, run_options
 
         check_resume(args, "gate")
@@ -241,6 +257,9 @@ def main(args: argparse.Namespace) -> int:
         if base_uts != [ut]:
             lines += ["", f"> ⚠️ the baseline's kernel under test is {base_uts} and this run's is "
                           f"`{ut}`: compared by role (the kernel under test of each case)"]
+        lines += [f"\n> ⚠️ {w}" for w in base_warn]
+        for w in base_warn:
+            print(f"warning: --baseline {args.baseline}: {w}", file=sys.stderr)
         lines += [
             "",
             f"### Regressions vs `{args.baseline}`: {len(regress)}"
@@ -268,6 +287,7 @@ def main(args: argparse.Namespace) -> int:
             "providers": sorted({p for r in records for p in r["providers"]}),
             "tolerances": str(args.tolerances), "tolerances_sha256": tol.sha256,
             "tolerances_released": tol.released_as is not None,
+            "corpus_version": _corpus_version(),
             "baseline_report": str(args.baseline) if args.baseline else None,
             "command": session.command_line(args),
             "provider_specs": session.provider_specs(sorted({p for r in records
@@ -319,3 +339,9 @@ def _clear_stale_reproducers(out: Path) -> None:
     if rdir.is_dir():
         for f in rdir.glob("*.json"):
             f.unlink()
+
+
+def _corpus_version() -> int:
+    from blockattn.cases.corpus import CORPUS_VERSION
+
+    return CORPUS_VERSION

@@ -179,6 +179,7 @@ def run_interruptible(args: argparse.Namespace, specs: list, out: Path, provs: l
 
 
 def main(args: argparse.Namespace) -> int:
+    from blockattn.cases.corpus import CORPUS_VERSION
     from blockattn.judge import verdict
     from blockattn.report import report_json
     from blockattn.run import session
@@ -236,6 +237,7 @@ def main(args: argparse.Namespace) -> int:
         "tolerances": str(tol.path) if tol else None,
         "tolerances_sha256": tol.sha256 if tol else None,
         "tolerances_released": (tol.released_as is not None) if tol else None,
+        "corpus_version": CORPUS_VERSION,
         "command": session.command_line(args),
         "provider_specs": session.provider_specs(provs),
         "n_cases": len(records),
