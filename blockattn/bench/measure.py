@@ -94,3 +94,30 @@ def top_kernels(fn: Callable[[], Any], n: int = 3) -> str:
     evs = [e for e in prof.key_averages() if getattr(e, "device_time_total", 0) > 0]
     evs.sort(key=lambda e: e.device_time_total, reverse=True)
     return " | ".join(e.key[:90] for e in evs[:n])
+
+
+def peak_tbps(ceiling_tbps: float | None) -> float | None:
+    """The device's peak memory bandwidth (bytes read + written per second, in TB/s): from its
+    memory clock and bus width (DDR: two transfers a clock); where torch does not report them,
+    1.25x the same run's copy ceiling. No honest kernel moves its bytes faster than this."""
+    if not cuda():
+        return None
+    p = torch.cuda.get_device_properties(0)
+    clock_khz, bus_bits = getattr(p, "memory_clock_rate", 0), getattr(p, "memory_bus_width", 0)
+    if clock_khz and bus_bits:
+        return 2 * clock_khz * 1e3 * bus_bits / 8 / 1e12
+    return None if ceiling_tbps is None else 1.25 * ceiling_tbps
+
+
+def impossible(ms: float, nbytes: int, peak: float | None) -> str | None:
+    """Why a measured time is below the physical floor (None: it is not): the bytes the pass
+    must move over the device's peak bandwidth. A side stream the timer never waited for,
+    cached or skipped work and a patched timer all show as such times."""
+    if peak is None or ms <= 0 or not nbytes:
+        return None
+    floor_ms = nbytes / (peak * 1e12) * 1e3
+    if ms < floor_ms:
+        return (f"refused as impossible: {ms:.4g} ms is below the physical floor {floor_ms:.4g} ms "
+                f"({nbytes / 1e9:.3g} GB at the device's peak {peak:.3g} TB/s): work not waited "
+                "for (a side stream), cached or skipped, or a patched timer")
+    return None

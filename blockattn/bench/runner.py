@@ -265,6 +265,10 @@ def _run_provider(
             mem = measure.peak_memory_mb(fn)
             status = "ok" if chk["check"] == "pass" else f"check_{chk['check']}"
             nbytes = pass_bytes(case, pas, prov.rotary)
+            peak = measure.peak_tbps((state.ceiling or {}).get("tbps"))
+            if (why := measure.impossible(ms, nbytes, peak)) is not None:
+                status = "refused_impossible"
+                state.errors.append({"case": spec.name, "provider": name, "trace": why})
             state.add(
                 _row(
                     case,
@@ -278,7 +282,7 @@ def _run_provider(
                     check=chk["check"],
                     relerr_O=chk.get("relerr_O"),
                     relerr_dQ=chk.get("relerr_dQ"),
-                    note=notes,
+                    note=notes if status != "refused_impossible" else f"{why}; {notes}",
                 )
             )
         except Exception as exc:
