@@ -205,6 +205,15 @@ def cuda_fault(q, k, v, offsets, **kw):
     return _honest(q, k, v, offsets, **kw)
 
 
+def cuda_fault_once(q, k, v, offsets, **kw):
+    """Faults the CUDA context on its first call (a marker file remembers), honest after."""
+    marker = os.environ.get("REDTEAM_NOTE", "/tmp/redteam") + ".faulted"
+    if not os.path.exists(marker):
+        open(marker, "w").close()
+        return cuda_fault(q, k, v, offsets, **kw)
+    return _honest(q, k, v, offsets, **kw)
+
+
 def side_stream(q, k, v, offsets, **kw):
     """Runs its work on a side stream the caller never waits for."""
     s = torch.cuda.Stream()
