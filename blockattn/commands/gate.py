@@ -85,6 +85,8 @@ def main(args: argparse.Namespace) -> int:
     from blockattn.report.summarize import (
         elementwise_markdown,
         markdown_tables,
+        md_inline,
+        safe_contract_markdown,
         verdict_markdown,
     )
     from blockattn.run import results, session
@@ -237,7 +239,8 @@ def main(args: argparse.Namespace) -> int:
         f"{tol.sha256[:12]}, calibrated on {tol.data['provenance']['device']}: "
         f"{tol.data['provenance']['gpu']}) · under test `{ut}` · report `{out}`",
     ]
-    lines += [f"- ❌ {why}" for why in decision.reasons if decision.failed] or []
+    # the reasons quote the kernel (exception messages, contract details): escaped
+    lines += [f"- ❌ {md_inline(why)}" for why in decision.reasons if decision.failed] or []
     if not selftest and tol.schema >= 2:
         lines.append("\nJudge self-test (known answers, `blockattn/judge/selftest.py`): ✅")
     if tol.released_as is None:
@@ -248,7 +251,8 @@ def main(args: argparse.Namespace) -> int:
             f"\n> ⚠️ run baseline {sorted(b for b in bases if b)} differs from the "
             f"calibrated baseline `{tol.baseline}`: max_ratio_to_baseline not gated"
         )
-    lines += ["", verdict_markdown(verdicts, records), "", contract_md]
+    lines += ["", verdict_markdown(verdicts, records), "",
+              safe_contract_markdown(contract, contract_md, ut)]  # fmt: skip
     ew = elementwise_markdown(records, under_test=ut)
     if ew:
         lines += ["", ew]
@@ -267,7 +271,7 @@ def main(args: argparse.Namespace) -> int:
                 f" ({missing_in_baseline} cases not in the baseline)" if missing_in_baseline else ""
             ),
         ]
-        lines += [f"- `{cid}`: {msg}" for cid, msg in regress[:30]]
+        lines += [f"- `{cid}`: {md_inline(msg)}" for cid, msg in regress[:30]]
         for cid in dict.fromkeys(c for c, _ in regress[:30]):
             lines.append(f"  - replay `{cid}`: `{by_id[cid]['verdict']['replay']}`")
     lines += [

@@ -251,6 +251,7 @@ def main(args: argparse.Namespace) -> int:
     summary = run_summary_markdown(
         info=info, commit=meta["commit"], tol=tol, under_test=ut, verdicts=verdicts,
         records=records, contract_md=contract_md, contract_bad=contract_bad, checks=checks,
+        contract=contract,
     )  # fmt: skip
     (out / "summary.md").write_text(summary)
     print(summary)
