@@ -19,7 +19,7 @@ HELP = (
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mutant", action="append", help="only this mutant (repeatable)")
     p.add_argument(
-        "--group", choices=("core", "rotary", "precision", "suite", "contract"),
+        "--group", choices=("core", "rotary", "precision", "suite", "contract", "isolation"),
         help="only this group"
     )
     p.add_argument(

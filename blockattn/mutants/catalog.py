@@ -18,12 +18,13 @@ Groups:
 from __future__ import annotations
 
 from blockattn.mutants.contract_bugs import CONTRACT
+from blockattn.mutants.isolation_bugs import ISOLATION
 from blockattn.mutants.kernel_bugs import CORE, ROTARY
 from blockattn.mutants.mutant import Mutant
 from blockattn.mutants.precision import PRECISION
 from blockattn.mutants.suite import SUITE
 
-MUTANTS: tuple[Mutant, ...] = CORE + ROTARY + PRECISION + SUITE + CONTRACT
+MUTANTS: tuple[Mutant, ...] = CORE + ROTARY + PRECISION + SUITE + CONTRACT + ISOLATION
 
 
 def by_name(names: list[str] | None = None) -> list[Mutant]:

@@ -93,7 +93,7 @@ def test_hang_fails_its_case_and_the_run_goes_on(tmp_path: Path) -> None:
     out = tmp_path / "g"
     r = _blockattn(["gate", "--provider", "hang_once=adversaries:hang_once", "--out", str(out),
                     "--max-cases", "2", "--fuzz", "0", "--no-contract", "--no-progress",
-                    "--call-timeout", "10"], tmp_path)  # fmt: skip
+                    "--call-timeout", "10"], tmp_path, timeout=150)  # fmt: skip
     assert r.returncode == 1, r.stderr[-2000:]
     recs = _records(out)
     assert len(recs) == 2
@@ -155,6 +155,19 @@ def test_parent_memory_is_not_readable(tmp_path: Path) -> None:
                 "--no-selfcheck", "--no-progress"], tmp_path, note)  # fmt: skip
     text = note.read_text()
     assert "environ denied" in text and "mem denied" in text, text
+
+
+def test_gate_refuses_records_of_an_in_process_run(tmp_path: Path) -> None:
+    """A run made with --in-process (the kernel in the judge's process) is stamped NOT ISOLATED
+    and `gate --report` over it fails, naming it."""
+    out = tmp_path / "r"
+    r = _blockattn(["run", "--in-process", "--provider", "h=adversaries:honest", "--out",
+                    str(out), "--max-cases", "1", "--fuzz", "0", "--no-contract",
+                    "--no-selfcheck", "--no-progress"], tmp_path)  # fmt: skip
+    assert "NOT ISOLATED" in r.stderr, r.stderr[-2000:]
+    g = _blockattn(["gate", "--report", str(out), "--no-contract"], tmp_path)
+    assert g.returncode == 1, g.stdout[-2000:] + g.stderr[-2000:]
+    assert "NOT ISOLATED" in g.stdout + g.stderr
 
 
 def test_in_process_is_refused_by_the_gate(tmp_path: Path) -> None:

@@ -1,0 +1,64 @@
+"""Planted bugs in the isolation layer (`blockattn.run.isolated`, `run.worker`, `run.calls`,
+the gate's refusals): each lets a kernel reach, outlast or fool the judge again. No gate run of
+an honest kernel can show them, so each names the red-team tests that kill it (`Mutant.tests`,
+run on the mutated copy): the adversarial kernels of tests/redteam.
+"""
+
+from __future__ import annotations
+
+from blockattn.mutants.mutant import Mutant
+
+ISO = "run/isolated.py"
+RT = "tests/redteam/test_redteam.py"
+
+ISOLATION: tuple[Mutant, ...] = (
+    Mutant(
+        "isolation-watchdog-never-fires", "isolation", ISO,
+        "deadline = time.monotonic() + limit",
+        "deadline = time.monotonic() + 1000 * limit",
+        "the watchdog waits 1000x the call timeout: a hanging kernel hangs the run",
+        tests=(f"{RT}::test_hang_fails_its_case_and_the_run_goes_on",),
+    ),
+    Mutant(
+        "isolation-exit-not-named", "isolation", ISO,
+        'return f"the worker exited with code {code} during the call (the kernel called exit?)"',
+        'return "the call failed"',
+        "a worker's exit is not named: exit(0) reads like any error",
+        tests=(f"{RT}::test_exit_zero_fails_the_gate",),
+    ),
+    Mutant(
+        "isolation-results-file-trusted", "isolation", ISO,
+        "    if ids != written:",
+        "    if False:",
+        "results.jsonl is not checked against what the judge wrote: a forged line counts",
+        tests=(f"{RT}::test_forged_results_line_is_refused",),
+    ),
+    Mutant(
+        "isolation-strays-ignored", "isolation", ISO,
+        "        strays = _descendants_by_token(self.token)",
+        "        strays = []",
+        "processes that left the worker's group are neither killed nor reported",
+        tests=(f"{RT}::test_grandchild_is_killed_and_named",),
+    ),
+    Mutant(
+        "isolation-in-flight-unchecked", "isolation", "run/calls.py",
+        "    if not changed:\n        return \"\"",
+        "    if True:\n        return \"\"",
+        "outputs that change after the call returned are accepted (side streams, threads)",
+        tests=(f"{RT}::test_adversary_fails_by_name",),
+    ),
+    Mutant(
+        "isolation-subclass-accepted", "isolation", "run/calls.py",
+        "    if type(o) is not Tensor and type(o) is not torch.nn.Parameter:",
+        "    if not isinstance(o, Tensor):",
+        "a tensor subclass (a lazy or deferred output) is accepted as an output",
+        tests=(f"{RT}::test_adversary_fails_by_name",),
+    ),
+    Mutant(
+        "isolation-gate-takes-in-process", "isolation", "commands/gate.py",
+        '            and p.get("isolation") != "worker"]',
+        '            and p.get("isolation") not in ("worker", "NOT ISOLATED")]',
+        "the gate judges records whose kernel ran in the judge's own process",
+        tests=(f"{RT}::test_gate_refuses_records_of_an_in_process_run",),
+    ),
+)
