@@ -9,12 +9,16 @@ formula with its reason:
   same after the call. A kernel must never write to its caller's tensors.
 - output-contract: O, dQ, dK, dV have the inputs' shape and dtype and share no memory with any
   input (an output aliasing an input is overwritten by the caller's next write).
-- containment: with one row of q, k, v or grad_out set to NaN, +Inf or -Inf, every output row
-  outside that row's sequence is bitwise equal to the clean run (deterministic providers; each
-  sequence is computed from its own rows only), else finite and equal to the clean run within
-  torch.testing's default tolerance for the dtype. Memory past each input's end is NaN in every
-  probe, so a read past the end fails the numbers below too.
-- layout, block-size, degenerate: the outputs are judged against the FP64 oracle, element by
+- containment: with NaN, +Inf and -Inf in rows of q, k, v and grad_out (head 0 of one block of
+  the first, a middle or the last sequence; sinu_pos too, on a rotary probe), every output
+  element outside that block and head (every head, for sinu_pos) is bitwise equal to the clean
+  run (deterministic providers; each block of each head is computed from its own rows only),
+  else finite and equal to the clean run within torch.testing's default tolerance for the
+  dtype. A leak is reported by where it lands: before, inside or after the poisoned sequence.
+  Memory past each input's end is NaN in every probe, so a read past the end fails the numbers
+  below too.
+- layout, block-size, scale, option, degenerate: the outputs are judged against the FP64
+  oracle, element by
   element, by the provider's accuracy model (the tolerance file's rule for it): NaN/Inf where the
   oracle is finite, or more bound violations than the rule allows, fails. A layout or block size
   the provider declares it does not take is "unsupported (declared)"; an exception on one it
@@ -34,9 +38,11 @@ from torch import Tensor
 
 from blockattn.cases import contract as C
 from blockattn.judge import metrics
+from blockattn.run.calls import call_on_side_stream, call_probe
 
 PROPERTIES = ("inputs-untouched", "output-contract", "containment", "layout", "block-size",
-              "option", "degenerate", "streams", "determinism")  # fmt: skip
+              "scale", "option", "degenerate", "streams", "determinism")  # fmt: skip
+DTYPES = ("bfloat16", "float16", "float32")  # the battery's first declared one is its default
 KEYS = ("O", "dQ", "dK", "dV")
 
 
@@ -60,36 +66,6 @@ def _bits(t: Tensor) -> Tensor:
     return t.detach().clone().view(ints[t.element_size()])
 
 
-def _call(fn, p: C.Probe) -> dict[str, Tensor]:
-    # detach() keeps the view's strides and storage offset: the kernel gets the probe's own
-    # memory layout, as autograd leaves aliasing the probe's buffers.
-    leaves = [x.detach().requires_grad_(True) for x in (p.q, p.k, p.v)]
-    args, offsets = leaves, p.offsets
-    if p.nested:  # differentiable views of the leaves; offsets travel inside the tensors
-        args = [torch.nested.nested_tensor_from_jagged(x, p.offsets.to(torch.int64))
-                for x in leaves]  # fmt: skip
-        offsets = None
-    kw = {} if p.max_seq_len is None else {"max_seq_len": p.max_seq_len}
-    o = fn(*args, offsets, block_size=p.block_size, scale=p.scale, sinu_pos=p.sinu_pos,
-           rotate_v=p.rotate_v, **kw)  # fmt: skip
-    if not isinstance(o, Tensor):
-        raise TypeError(f"returned {type(o).__name__}, expected a Tensor")
-    if p.nested:
-        if not o.is_nested:
-            raise TypeError("nested input, but the output is not a nested tensor")
-        o = o.values()
-    if o.numel() == 0 or not o.requires_grad:
-        grads: list[Tensor | None] = [None, None, None]
-        if o.numel() and not o.requires_grad:
-            raise ValueError("the output does not require grad (not differentiable)")
-    else:
-        grads = list(torch.autograd.grad(o, leaves, p.grad_out, allow_unused=True))
-    full = [torch.zeros_like(x) if g is None else g for g, x in zip(grads, leaves, strict=True)]
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-    return {"O": o.detach(), "dQ": full[0], "dK": full[1], "dV": full[2]}
-
-
 def _inputs_of(p: C.Probe) -> dict[str, Tensor]:
     named = {**p.buffers, "offsets": p.offsets}
     if p.sinu_pos is not None and "sinu_pos" not in named:
@@ -109,13 +85,20 @@ class Battery:
     """Runs the probes on one provider's kernel callable and collects `Check`s."""
 
     def __init__(self, prov: Any, tol: Any, device: str, repeats: int | None = None,
-                 only: str | None = None) -> None:  # fmt: skip
+                 only: str | None = None, caller: Any = None) -> None:  # fmt: skip
         self.prov, self.tol, self.device, self.only = prov, tol, device, only
+        # How a probe reaches the kernel: `caller(p, streams=False) -> outputs`. In-process by
+        # default; the isolated judge passes a worker's (blockattn.isolation), so the kernel
+        # never runs in the process that judges it.
+        self.caller = caller
         sup = prov.supports
-        self.dtype_name = next((d for d in ("bfloat16", "float16", "float32")
-                                if d in sup.dtypes), sup.dtypes[0])  # fmt: skip
+        self.dtype_name = next((d for d in DTYPES if d in sup.dtypes), sup.dtypes[0])
         self.dtype = getattr(torch, self.dtype_name)
         self.D = 64 if sup.head_dims is None or 64 in sup.head_dims else sup.head_dims[0]
+        # the declared dtypes and head dims besides the default: mixed layouts run at each
+        self.other_dtypes = [getattr(torch, d) for d in DTYPES
+                             if d in sup.dtypes and d != self.dtype_name]  # fmt: skip
+        self.other_dims = [d for d in (sup.head_dims or (64, 128)) if d != self.D][:1]
         self.repeats = repeats or (20 if device == "cuda" else 3)
         self.checks: list[Check] = []
         self.model = None
@@ -133,14 +116,26 @@ class Battery:
         o = self.only
         return o is None or o == prop or name == o or name.startswith(o + "-") or o == "all"
 
+    def call(self, p: C.Probe, streams: bool = False) -> dict[str, Tensor]:
+        """Hand probe `p` to the kernel (forward and backward); its outputs."""
+        if self.caller is not None:
+            return self.caller(p, streams=streams)
+        if self.prov.worker is not None:  # isolated: the kernel runs in the judge's worker
+            return self.prov.worker.call_probe(self.prov, p, streams=streams)
+        if streams:
+            return call_on_side_stream(self.prov.kernel, p)
+        return call_probe(self.prov.kernel, p)
+
     def add(self, prop: str, probe: str, ok: bool | None, detail: str = "") -> None:
         status = "measured" if ok is None else ("pass" if ok else "FAIL")
         self.checks.append(Check(prop, probe, status, detail))
 
-    def _refusal(self, p: C.Probe, layout: str = "padded") -> str | None:
+    def _refusal(self, p: C.Probe, layout: str | None = None) -> str | None:
         sup = self.prov.supports
+        layout = layout or p.layout
         spec = SimpleNamespace(variant="rotary" if p.sinu_pos is not None else "plain",
-                               dtype=self.dtype_name, D=self.D, H=1, kvheads=None,
+                               dtype=_dtype_name(p.q.dtype), D=int(p.q.shape[2]),
+                               H=int(p.q.shape[1]), kvheads=None,
                                rotate_v=p.rotate_v)  # fmt: skip
         arch = "cpu"
         if self.device == "cuda":
@@ -156,7 +151,7 @@ class Battery:
         None (and a FAIL check) when the call raised."""
         before = {n: _bits(t) for n, t in _inputs_of(p).items()}
         try:
-            out = _call(self.prov.kernel, p)
+            out = self.call(p)
         except Exception as exc:  # any refusal the provider did not declare is a failure
             self.add(p.prop, p.name, False, f"raised {type(exc).__name__}: {str(exc)[:200]}")
             return None
@@ -197,15 +192,16 @@ class Battery:
                                                             rotate_v=p.rotate_v, **kw)  # fmt: skip
         ref = dict(zip(KEYS, (o, *grads), strict=True))
         bounds = None
+        dtype_name = _dtype_name(p.q.dtype)
         if self.model is not None:
             (bounds,) = error_bound.attention_error_bounds(
                 q, k, v, p.offsets, do, sinu_pos=p.sinu_pos, rotate_v=p.rotate_v,
-                models=[self.model.resolve(self.dtype_name)], **kw,
+                models=[self.model.resolve(dtype_name)], **kw,
             )  # fmt: skip
         tmap = TokenMap(p.offsets, p.T, p.block_size, ref["O"].device)
         why = []
         for key in KEYS:
-            m = metrics.tensor_metrics(out[key], ref[key], self.dtype_name, model=self.model,
+            m = metrics.tensor_metrics(out[key], ref[key], dtype_name, model=self.model,
                                        bound=None if bounds is None else bounds[key],
                                        tmap=tmap)  # fmt: skip
             if m.get("nonfinite_bad"):
@@ -220,13 +216,16 @@ class Battery:
 
     # ------------------------------------------------------------------ properties
 
-    def numeric(self, p: C.Probe, layout: str = "padded", declared: str | None = None) -> None:
-        if not self.wanted(p.prop, p.name):
-            return
+    def numeric(self, p: C.Probe, layout: str | None = None, declared: str | None = None,
+                force: bool = False) -> dict[str, Tensor] | None:  # fmt: skip
+        """Judge `p` against the oracle; its outputs (None when not run). `force` runs it even
+        when `--only` names another probe (it is that probe's clean run)."""
+        if not (force or self.wanted(p.prop, p.name)):
+            return None
         why = declared or self._refusal(p, layout)
         if why is not None:
             self.checks.append(Check(p.prop, p.name, "unsupported", why))
-            return
+            return None
         pristine = replace(p, q=p.q.clone(), k=p.k.clone(), v=p.v.clone(),
                            grad_out=p.grad_out.clone(), offsets=p.offsets.clone(),
                            sinu_pos=None if p.sinu_pos is None else p.sinu_pos.clone())
@@ -234,33 +233,39 @@ class Battery:
         if out is not None:
             why = self.judge_numbers(pristine, out)
             self.add(p.prop, p.name, not why, why or p.note)
+        return out
 
-    def containment(self, clean_t: dict[str, Any]) -> None:
-        probes = [p for p in C.containment_probes(clean_t) if self.wanted(p.prop, p.name)]
-        if not probes:
-            return
-        clean_p = C.layout_probe(clean_t, "padded")
-        clean = self.run_probe(replace(clean_p, name="containment-clean", prop="containment"))
-        if clean is None:
-            return
+    def containment(self, clean_t: dict[str, Any], clean: dict[str, Tensor] | None = None,
+                    rotary_t: dict[str, Any] | None = None,
+                    rotary_clean: dict[str, Tensor] | None = None) -> None:  # fmt: skip
+        """The poisoned probes of `clean_t` (and, with `rotary_t`, one rotary probe whose
+        sinu_pos is poisoned too) against their clean runs: `clean` / `rotary_clean` when the
+        caller already has them (the padded layout probes: same values, same memory), else run
+        here."""
+        groups = [(C.containment_probes(clean_t), clean_t, clean)]
+        if rotary_t is not None:
+            groups.append(([C.poisoned(rotary_t, "middle", sinu=True)], rotary_t, rotary_clean))
         det = self.prov.supports.deterministic
-        for p in probes:
-            out = self.run_probe(p)
-            if out is None:
+        for probes, t, ref in groups:
+            probes = [p for p in probes if self.wanted(p.prop, p.name)]
+            if not probes:
                 continue
-            a, b = p.poisoned
-            outside = torch.ones(p.T, dtype=torch.bool, device=p.q.device)
-            outside[a:b] = False
-            why = []
-            for key in KEYS:
-                x, y = out[key][outside], clean[key][outside]
-                nonfinite = int((~torch.isfinite(x)).sum())
-                if nonfinite:
-                    why.append(f"{key}: {nonfinite} NaN/Inf outside the poisoned sequence")
-                elif m := _mismatch(x, y, det):
-                    why.append(f"{key}: outside the poisoned sequence, {m} from the clean run")
-            self.add("containment", p.name, not why, "; ".join(why) + f" [{p.note}]" if why
-                     else p.note)  # fmt: skip
+            if self._refusal(probes[0]) is not None:
+                self.checks.append(Check("containment", probes[0].name, "unsupported",
+                                         self._refusal(probes[0]) or ""))  # fmt: skip
+                continue
+            if ref is None:
+                clean_p = C.layout_probe(t, "padded")
+                ref = self.run_probe(replace(clean_p, name="containment-clean" + (
+                    "-rotary" if t["sinu_pos"] is not None else ""), prop="containment"))
+            if ref is None:
+                continue
+            for p in probes:
+                out = self.run_probe(p)
+                if out is not None:
+                    why = _leaks(p, out, ref, det)
+                    self.add("containment", p.name, not why,
+                             "; ".join(why) + f" [{p.note}]" if why else p.note)  # fmt: skip
 
     def streams(self, clean_t: dict[str, Any]) -> None:
         """GPU: the inputs are written on a side stream behind a sleep, and the kernel is called
@@ -273,29 +278,12 @@ class Battery:
         if clean is None:
             return
         p = replace(C.layout_probe(clean_t, "padded"), name="streams", prop="streams",
-                    offsets=clean_t["offsets"].clone())  # its own: zeroed below  # fmt: skip
-        # what the side stream will write, copied aside now; the probe's buffers go stale (NaN)
-        src = {n: b.clone() for n, b in p.buffers.items()}
-        offs = p.offsets.clone()
-        for b in p.buffers.values():
-            b.fill_(float("nan"))
-        p.offsets.zero_()
-        torch.cuda.synchronize()
-        side = torch.cuda.Stream()
+                    offsets=clean_t["offsets"].clone())  # its own: zeroed by the caller
         try:
-            with torch.cuda.stream(side):
-                torch.cuda._sleep(50_000_000)  # ~tens of ms of GPU time before the writes land
-                for n, b in p.buffers.items():
-                    b.copy_(src[n], non_blocking=True)
-                p.offsets.copy_(offs, non_blocking=True)
-                out = _call(self.prov.kernel, p)
+            out = self.call(p, streams=True)
         except Exception as exc:
             self.add("streams", p.name, False, f"raised {type(exc).__name__}: {exc}"[:200])
             return
-        finally:
-            # every path: the side stream's pending writes must land before these buffers are
-            # freed, or the allocator hands their memory to the next probe mid-write
-            torch.cuda.synchronize()
         det = self.prov.supports.deterministic
         why = []
         for key in KEYS:
@@ -303,26 +291,33 @@ class Battery:
                 why.append(f"{key}: {m} from the run on the default stream")
         self.add("streams", p.name, not why, "; ".join(why))
 
-    def determinism(self) -> None:
+    def determinism(self, first: dict[str, Tensor] | None = None) -> None:
+        """Repeats of forward + backward, bitwise. On a CPU the case is the padded layout
+        probe's, so `first` (that probe's outputs, when the caller has them) saves a call."""
         if not self.wanted("determinism", "determinism"):
             return
         sms = 0
         if self.device == "cuda":
             sms = torch.cuda.get_device_properties(0).multi_processor_count
+            first = None  # the GPU case is its own (several tiles per SM)
         p = C.determinism_case(self.dtype, self.D, self.device, sms)
         why = self._refusal(p)
         if why is not None:
             self.checks.append(Check("determinism", p.name, "unsupported", why))
             return
-        first = self.run_probe(p)
+        if first is None:
+            first = self.run_probe(p)
         if first is None:
             return
-        differ = 0
+        differ, which = 0, []
         for _ in range(self.repeats - 1):
-            again = _call(self.prov.kernel, p)
-            differ += any(not torch.equal(_bits(first[k]), _bits(again[k])) for k in KEYS)
+            again = self.call(p)
+            d = [k for k in KEYS if not torch.equal(_bits(first[k]), _bits(again[k]))]
+            differ += bool(d)
+            which += [k for k in d if k not in which]
         name = f"{p.name}-x{self.repeats}"
-        detail = f"{differ} of {self.repeats - 1} repeats differ bitwise from the first"
+        detail = (f"{differ} of {self.repeats - 1} repeats differ bitwise from the first"
+                  + (f" (in {', '.join(which)})" if which else ""))  # fmt: skip
         declared = self.prov.supports.deterministic
         self.add("determinism", name, (differ == 0) if declared else None,
                  detail if differ or not declared else "")  # fmt: skip
@@ -338,28 +333,90 @@ class Battery:
             self.checks.append(Check("all", "-", "unsupported", why))
             return self.checks
         sup = self.prov.supports
-        for layout in C.LAYOUTS:
-            if layout == "sinu-strided":
-                continue
-            self.numeric(C.layout_probe(t, layout), layout)
+        # Layouts (H = 2): the padded probe's outputs are containment's clean run (same values,
+        # same memory), so it costs no extra call.
+        clean = self.numeric(C.layout_probe(t, "padded"))
+        # the strided layouts on a batch of two blocks per head (half the calls' tiles)
+        ts = C.base(self.dtype, self.D, self.device, seed=6, lengths=C.SHORT_LENGTHS,
+                    rotary=sup.rotary)  # fmt: skip
+        for layout in C.LAYOUT_KINDS:
+            if layout not in ("padded", "sinu-strided"):
+                self.numeric(C.layout_probe(replace_sinu(ts, None), layout))
+        tr = rclean = None
         if sup.rotary:
             tr = C.base(self.dtype, self.D, self.device, rotary=True)
-            self.numeric(C.layout_probe(tr, "sinu-strided"), "sinu-strided")
-        # 64 is the "padded" layout probe above
+            rclean = self.numeric(replace(C.layout_probe(tr, "padded"),
+                                          name="layout-rotary-padded"))  # fmt: skip
+            self.numeric(C.layout_probe(ts, "sinu-strided"))
+        # each other declared dtype and head dim: the mixed layouts (one call per dtype)
+        for dt in self.other_dtypes:
+            td = C.base(dt, self.D, self.device, seed=1, lengths=C.SHORT_LENGTHS)
+            self.numeric(replace(C.layout_probe(td, "mixed-1"),
+                                 name=f"layout-mixed-1-{_dtype_name(dt)}"))  # fmt: skip
+        for D in self.other_dims:
+            tD = C.base(self.dtype, D, self.device, seed=2, lengths=C.SHORT_LENGTHS)
+            for layout in ("grad-out-transposed", "mixed-3"):
+                self.numeric(replace(C.layout_probe(tD, layout), name=f"layout-{layout}-d{D}"))
+        # Block sizes, options: one head (what they vary is not per head; half the cost). 64
+        # is the "padded" layout probe above; sizes below 16 on the short batch.
+        t1 = C.base(self.dtype, self.D, self.device, H=1)
+        small = C.base(self.dtype, self.D, self.device, seed=4, lengths=C.SMALL_LENGTHS, H=1)
         sizes = [bs for bs in sup.block_sizes or C.BLOCK_SIZES_ANY if bs != 64]
-        for p in C.block_size_probes(t, tuple(sizes)):
+        for p in C.block_size_probes(t1, tuple(sizes), small):
             self.numeric(p)
-        for p, why in C.option_probes(t, sup.offsets_dtypes, sup.max_seq_len, sup.nested):
+        for rotary in (False, True) if sup.rotary else (False,):
+            for p in C.scale_probes(self.dtype, self.D, self.device, rotary):
+                self.numeric(p)
+        for p, why in C.option_probes(t1, sup.offsets_dtypes, sup.max_seq_len, sup.nested):
             self.numeric(p, declared=why)
         for p in C.degenerate_probes(self.dtype, self.D, self.device):
             self.numeric(p)
-        self.containment(t)
+        self.containment(t, clean, tr, rclean)
         self.streams(t)
-        self.determinism()
+        self.determinism(clean)
         if self.only is not None and not self.checks:
             raise ValueError(f"--only {self.only!r} matches no probe or property of the battery "
                              f"(properties: {', '.join(PROPERTIES)})")  # fmt: skip
         return self.checks
+
+
+def replace_sinu(t: dict[str, Any], sinu_pos: Tensor | None) -> dict[str, Any]:
+    return {**t, "sinu_pos": sinu_pos}
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+REGIONS = ("before", "inside", "after")  # where a leak lands, relative to the poisoned sequence
+
+
+def _leaks(p: C.Probe, out: dict[str, Tensor], ref: dict[str, Tensor], det: bool) -> list[str]:
+    """Containment of probe `p`: every element of every output outside `p.affected` (the
+    poisoned block's head, or every head where sinu_pos is poisoned) must equal the clean run
+    `ref` (bitwise for a deterministic provider, else finite and close). Why not, per output,
+    with where the changed elements lie: before, inside (another block or head) or after the
+    poisoned sequence."""
+    a, b = p.poisoned
+    pos = torch.arange(p.T, device=p.q.device)
+    where = {"before": pos < a, "inside": (pos >= a) & (pos < b), "after": pos >= b}
+    checked = ~p.affected[:, :, None]  # (T, H, 1): the elements that must not change
+    why = []
+    for key in KEYS:
+        x, y = out[key], ref[key]
+        if det:
+            changed = _bits(x) != _bits(y)
+        else:
+            changed = ~torch.isclose(x.float(), y.float(), **_tol(x.dtype))
+        changed = changed & checked
+        n = int(changed.sum())
+        if n:
+            nonfinite = int((~torch.isfinite(x) & checked).sum())
+            at = ", ".join(f"{int(changed[m].sum())} {r}" for r, m in where.items()
+                           if bool(changed[m].any()))  # fmt: skip
+            why.append(f"{key}: {n} elements changed outside the poisoned block and head "
+                       f"({nonfinite} NaN/Inf; {at} the poisoned sequence)")  # fmt: skip
+    return why
 
 
 def _mismatch(x: Tensor, y: Tensor, det: bool) -> str:
@@ -379,10 +436,10 @@ def _tol(dtype: torch.dtype) -> dict[str, float]:
 
 
 def run_battery(prov: Any, tol: Any, device: str, repeats: int | None = None,
-                only: str | None = None) -> list[Check]:  # fmt: skip
+                only: str | None = None, caller: Any = None) -> list[Check]:  # fmt: skip
     """Every check of the battery for `prov` (a `blockattn.providers.Provider`); `only` keeps
     one property or probe (the replay of a violation)."""
-    return Battery(prov, tol, device, repeats, only).run()
+    return Battery(prov, tol, device, repeats, only, caller).run()
 
 
 def failures(checks: list[Check]) -> list[Check]:

@@ -1,6 +1,8 @@
 """Scratch outside kernels for the contract battery's tests: each is faithful on clean default
 inputs (a thin wrapper of blockattn.block_attention) and each breaks one promise. The tests copy
 this file into a scratch directory and load the kernels with `--provider scratch_kernels:NAME`."""
+import itertools
+
 import torch
 
 import blockattn
@@ -22,8 +24,9 @@ def faithful(q, k, v, offsets, *, block_size, scale, sinu_pos, rotate_v):
 @kernel(supports=Supports(dtypes=("bfloat16",), head_dims=(64,)))
 def leaky(q, k, v, offsets, *, block_size, scale, sinu_pos, rotate_v):
     o = _ba(q, k, v, offsets, block_size, scale, sinu_pos, rotate_v)
-    last = int(offsets[-2]) if offsets.numel() > 1 else 0
-    return o + 0 * q[last:].sum()  # the last sequence's values reach every row
+    off = [int(x) for x in offsets.cpu()]
+    last = max([a for a, b in itertools.pairwise(off) if b > a], default=0)
+    return o + 0 * q[last:].sum()  # the last non-empty sequence's values reach every row
 
 
 @kernel(supports=Supports(dtypes=("bfloat16",), head_dims=(64,)))
