@@ -211,14 +211,17 @@ def make_bench_case(
     device: torch.device,
     seed: int = 0,
     sparsity_convention: str = "empty",
+    data_seed: int | None = None,
 ) -> BenchCase:
+    """A bench case: lengths drawn from `seed`, data from `data_seed` (default derived from
+    `seed`); another data_seed gives another input set of the same shapes."""
     g_len = torch.Generator().manual_seed(seed)
     lens = draw_bench_lengths(B, max_len, sparsity, sparsity_convention, g_len)
     if int(lens.sum()) == 0:
         lens[0] = 1
     offsets_cpu = offsets_from_lengths(lens, torch.int32)
     T = int(offsets_cpu[-1])
-    g = torch.Generator(device=device).manual_seed(seed + 12345)
+    g = torch.Generator(device=device).manual_seed(seed + 12345 if data_seed is None else data_seed)
     # Random normal data (never zeros: zeros would make memory traffic compressible on some
     # parts and hide masking bugs in the check).
     q, k, v, do = (

@@ -224,6 +224,11 @@ def _run_provider(
             state.add(_row(case, spec, name, pas, status="skipped_budget", note=msg))
         return
     t0 = time.monotonic()
+    if prov.worker is not None:  # hosted by the isolation worker: timed on the judge's clock
+        _run_isolated(cfg, case, spec, name, state, rep_ms)
+        state.provider_seconds.append({"case": spec.name, "provider": name,
+                                       "s": time.monotonic() - t0})  # fmt: skip
+        return
     try:
         prepared = prov.prepare(case)
     except Unsupported as exc:
@@ -289,6 +294,54 @@ def _run_provider(
             _pass_failed(state, case, spec, name, pas, exc)
     del prepared
     state.provider_seconds.append({"case": spec.name, "provider": name, "s": time.monotonic() - t0})
+
+
+def _run_isolated(cfg: BenchConfig, case: BenchCase, spec: CaseSpec, name: str,
+                  state: report.State, rep_ms: float) -> None:  # fmt: skip
+    """An entry whose kernel runs in the worker (`blockattn.bench.isolated`): prepared there on
+    two input sets, checked, then each pass timed on the judge's clock, its outputs
+    spot-checked, and a time below the physical floor refused."""
+    from blockattn.bench.isolated import BATCHES, IsolatedBench
+
+    prov = entry(name)
+    ib = IsolatedBench(prov.worker, str(prov.provider), name, case, prov.rotary, cfg.check_seqs)
+    try:
+        ib.prepare()
+        chk = ib.check()
+    except Unsupported as exc:
+        for pas in PASSES:
+            state.add(_row(case, spec, name, pas, status="unsupported", note=str(exc)))
+        return
+    except Exception as exc:
+        note = f"prepare failed: {type(exc).__name__}: {exc}"
+        state.errors.append({"case": spec.name, "provider": name, "trace": traceback.format_exc()})
+        for pas in PASSES:
+            state.add(_row(case, spec, name, pas, status="error", note=note))
+        return
+    state.checks.append({"case": spec.name, "group": spec.group, "provider": name, **chk,
+                         "notes": dict(ib.notes)})  # fmt: skip
+    notes = "; ".join(f"{k}: {v}" for k, v in ib.notes.items())
+    peak = measure.peak_tbps((state.ceiling or {}).get("tbps"))
+    for pas in PASSES:
+        try:
+            ms, info = ib.time(pas, rep_ms, 1 if cfg.smoke else BATCHES)
+        except Exception as exc:
+            _pass_failed(state, case, spec, name, pas, exc)
+            continue
+        status = "ok" if chk["check"] == "pass" else f"check_{chk['check']}"
+        note = notes
+        if info["check"] != "pass":
+            status, note = "check_fail", f"{info['timed_check']}; {notes}"
+            state.checks.append({"case": spec.name, "group": spec.group, "provider": name,
+                                 "pass": pas, **info})  # fmt: skip
+        nbytes = pass_bytes(case, pas, prov.rotary)
+        if (why := measure.impossible(ms, nbytes, peak)) is not None:
+            status, note = "refused_impossible", f"{why}; {note}"
+            state.errors.append({"case": spec.name, "provider": name, "trace": why})
+        state.add(_row(case, spec, name, pas, status=status, ms=ms, bytes=nbytes, check=chk[
+            "check"], relerr_O=chk.get("relerr_O"), relerr_dQ=chk.get("relerr_dQ"), note=note,
+            worker_event_ms=info.get("worker_event_ms")))  # fmt: skip
+    ib.release()
 
 
 def _pass_failed(

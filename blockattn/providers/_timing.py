@@ -47,6 +47,10 @@ class Timing:
     rotary: bool
     prepare: Callable[[Any], Prepared]
     description: str
+    # Set on the isolated judge's proxy entries: the worker that times it and the provider
+    # hosted there (`blockattn.bench.isolated`); `prepare` is then never called here.
+    worker: Any = None
+    provider: str | None = None
 
 
 def grad_leaves(case: Any) -> tuple[Tensor, Tensor, Tensor]:

@@ -42,7 +42,7 @@ from typing import Any
 import torch
 
 from blockattn import providers
-from blockattn.providers import OUTPUT_KEYS, Provider, Supports
+from blockattn.providers import OUTPUT_KEYS, Provider, Supports, Timing
 from blockattn.run.wire import Channel, Closed, Timeout
 
 DEFAULT_CALL_TIMEOUT = 900.0  # s: first-call JIT builds, the interpreter on 2 loaded cores
@@ -297,7 +297,9 @@ class Sandbox:
             reference=d.get("reference"), origin=str(d.get("origin")), spec=d.get("spec"),
             kernel=_not_here if d.get("has_kernel") else None, projection=None,
             description=str(d.get("description") or ""),
-            timings=tuple(old.timings) if old is not None and old.origin == "builtin" else (),
+            timings=tuple(Timing(str(t["name"]), bool(t["rotary"]), _not_here,
+                                 str(t.get("description") or ""), worker=self, provider=name)
+                          for t in d.get("timings") or ()),
             worker=self,
         )  # fmt: skip
         providers.register(proxy)

@@ -190,9 +190,9 @@ def probe(msg: dict, tensors: list, provs: dict) -> tuple[dict, list]:
 
 
 def bench(msg: dict, tensors: list, provs: dict) -> tuple[dict, list]:
-    from blockattn.run import worker_bench
+    from blockattn.bench import isolated
 
-    return worker_bench.handle(msg, tensors, provs)
+    return isolated.serve(msg, tensors, provs)
 
 
 HANDLERS: dict[str, Handler] = {"hello": hello, "load": load, "run": run_case, "probe": probe,

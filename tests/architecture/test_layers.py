@@ -32,7 +32,9 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("pipeline", ("blockattn.pipeline",)),
     ("tools", ("blockattn.bench", "blockattn.audit", "blockattn.mutants")),
     ("commands", ("blockattn.commands",)),
-    ("entry", ("blockattn.cli", "blockattn.__main__", "blockattn.pytest_plugin")),
+    # the worker process's main: it hosts the kernel under test and serves every request kind
+    ("entry", ("blockattn.cli", "blockattn.__main__", "blockattn.pytest_plugin",
+               "blockattn.run.worker")),
 )  # fmt: skip
 MAX_LINES = 700
 # Result data (measurements, logs, plots) lives under results/, never beside code.
