@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The isolation's GPU evidence in one call: `bash ci/isolation_gpu.sh OUT [STEP...]`.
+# Steps (default: all): redteam (tests/redteam on the GPU: CUDA fault, side stream, the CPU
+# catalog), bench (blockattn, an honest outside wrapper and the side-stream kernel timed in the
+# worker at shape P), gate (the default corpus gate isolated, and the same cases in-process by
+# `run --in-process`, timed), hopper (BLOCKATTN_KERNEL_PATH=prefer-hopper gate with v5).
+# Logs: OUT/<step>.log; the bench's bench.json under OUT/bench/.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${1:?usage: ci/isolation_gpu.sh OUT [STEP...]}; shift
+STEPS=${*:-redteam bench gate hopper}
+mkdir -p "$OUT"
+PY=${PYTHON:-python3}
+"$PY" -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/install.log" 2>&1 || true
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >"$OUT/gpu.txt" 2>&1
+step() { echo "== $1 $(date -u +%T)"; }
+for s in $STEPS; do
+  case $s in
+    redteam)
+      step redteam
+      ( time "$PY" -m pytest -q -n 6 -p no:cacheprovider -rfEs tests/redteam ) >"$OUT/redteam.log" 2>&1 ;;
+    bench)
+      step bench
+      ( cd tests/redteam && time "$PY" -m blockattn bench --out "$OUT/bench" --no-sweeps \
+          --no-extras --no-projection --providers blockattn \
+          --provider honest=adversaries:honest --provider streamy=adversaries:side_stream \
+          --time-budget-s 400 ) >"$OUT/bench.log" 2>&1 ;;
+    gate)
+      step gate
+      { echo "## isolated gate, corpus only"; ( time "$PY" -m blockattn gate --fuzz 0 --no-progress \
+          --out /tmp/gate_iso ) 2>&1 | tail -4
+        echo "## the same corpus in-process (run --in-process --corpus-only, with the battery)"
+        ( time "$PY" -m blockattn run --in-process --corpus-only --no-progress \
+          --out /tmp/run_inproc ) 2>&1 | tail -4
+        echo "## isolated run, same options"
+        ( time "$PY" -m blockattn run --corpus-only --no-progress --out /tmp/run_iso ) 2>&1 | tail -4
+        echo "## the default gate: corpus + run-time fuzz"
+        ( time "$PY" -m blockattn gate --no-progress --out /tmp/gate_fuzz ) 2>&1 | tail -6
+      } >"$OUT/gate.log" 2>&1 ;;
+    hopper)
+      step hopper
+      ( time BLOCKATTN_KERNEL_PATH=prefer-hopper "$PY" -m blockattn gate --tolerances v5 \
+          --fuzz 0 --no-progress --out /tmp/gate_hopper ) >"$OUT/hopper.log" 2>&1
+      tail -40 /tmp/gate_hopper/gate.md >>"$OUT/hopper.log" 2>/dev/null ;;
+    *) echo "unknown step $s" >&2; exit 2 ;;
+  esac
+done
+echo "== done $(date -u +%T)"
