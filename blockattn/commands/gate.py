@@ -219,7 +219,12 @@ def main(args: argparse.Namespace) -> int:
 
     sealed = isolated.file_bytes(Path(out) / "results.jsonl")
     contract, contract_md, contract_bad = contract_section(ut, tol, dev, skip=args.no_contract)
-    for line in contract_bad:
+    from blockattn.report import triage
+
+    first = triage.clean_cases_line(verdicts)  # wrong on the clean cases: said first
+    if first:
+        decision.reasons.insert(0, first)
+    for line in triage.contract_lines(contract, contract_bad):  # layout bugs only as such
         decision.fail(line)
     # No kernel runs past this point: its worker and every process it started are ended
     # before the verdict is written, and the records must be those the judge wrote.
