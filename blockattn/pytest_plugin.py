@@ -64,8 +64,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--blockattn-allow-unreleased-tolerances", action="store_true",
                 dest="blockattn_allow_unreleased_tolerances", default=False,
                 help="judge with a tolerance file that is not released (reports say UNRELEASED)")
-    g.addoption("--blockattn-baseline", dest="blockattn_baseline", metavar="PROVIDER",
+    g.addoption("--blockattn-baseline-provider", dest="blockattn_baseline", metavar="PROVIDER",
                 help="baseline provider run next to it (default fa2 on GPU, eager on CPU)")
+    g.addoption("--blockattn-baseline", dest="blockattn_baseline_old", metavar="PROVIDER",
+                help="old spelling of --blockattn-baseline-provider (warns)")
     g.addoption("--blockattn-call-timeout", dest="blockattn_call_timeout", type=float,
                 default=None, metavar="SECONDS",
                 help="watchdog of each call into the kernel's worker process (a call past it "
@@ -98,6 +100,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      "directory, .pytest_cache/d/blockattn-repro)")
     g.addoption("--blockattn-no-contract", action="store_true", dest="blockattn_no_contract",
                 help="skip the contract battery's tests (test_blockattn_contract[...])")
+
+
+def _old_baseline(name: str | None) -> str | None:
+    if name is not None:
+        import warnings
+
+        warnings.warn(f"--blockattn-baseline {name} is now --blockattn-baseline-provider {name} "
+                      "(--baseline names a report directory on gate and mutants)",
+                      DeprecationWarning, stacklevel=2)  # fmt: skip
+    return name
 
 
 def _active(config_or_ns: Any) -> bool:
@@ -250,7 +262,8 @@ class BlockattnSession:
             tol = resolve_path(tol)
         return argparse.Namespace(
             provider=o("blockattn_provider"), under_test=None, providers=None,
-            baseline=o("blockattn_baseline"), profile=o("blockattn_profile"),
+            baseline=o("blockattn_baseline") or _old_baseline(o("blockattn_baseline_old")),
+            profile=o("blockattn_profile"),
             fuzz=o("blockattn_fuzz"), seed=o("blockattn_seed"), max_cases=None,
             corpus_only=o("blockattn_corpus_only"), fuzz_only=o("blockattn_fuzz_only"),
             shape_p=False, dtype=o("blockattn_dtype"), head_dim=o("blockattn_head_dim"),

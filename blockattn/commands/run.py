@@ -16,6 +16,17 @@ HELP = (
 DEFAULT_FUZZ = {"ci": 8, "gpu": 60, "nightly": 1000}
 
 
+class _OldBaselineSpelling(argparse.Action):
+    """`run --baseline NAME` (a provider): still accepted, with a warning naming the new
+    spelling, since `--baseline` is a report directory on gate, mutants and the CI scripts."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:  # type: ignore[override]
+        print(f"warning: `{option_string} {values}` is now `--baseline-provider {values}` "
+              "(--baseline names a report directory on gate, mutants and the CI scripts); "
+              "the old spelling will go", file=sys.stderr)  # fmt: skip
+        setattr(namespace, self.dest, values)
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from blockattn.commands._options import (
         add_provider_option,
@@ -52,7 +63,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_provider_option(p)
     p.add_argument("--providers", help="comma list (default: kernel under test + device baseline)")
     p.add_argument("--under-test", default=None, help="provider judged (default blockattn)")
-    p.add_argument("--baseline", default=None, help="baseline provider (default fa2 / eager)")
+    p.add_argument("--baseline-provider", dest="baseline", default=None, metavar="NAME",
+                   help="baseline provider run beside the kernel (default fa2 / eager); not "
+                   "gate's --baseline, which names a report directory")  # fmt: skip
+    p.add_argument("--baseline", dest="baseline", action=_OldBaselineSpelling,
+                   help=argparse.SUPPRESS)  # the old spelling: works, and says the new one
     p.add_argument(
         "--tolerances",
         type=_tol_path,
