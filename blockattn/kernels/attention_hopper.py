@@ -154,6 +154,24 @@ FITS: dict[tuple[str, bool, int], HopperConfig] = {
 }
 
 
+# Row tiles (BLOCK = block_rows(block_size): 16, 32, 64 or 128) the path takes. Every config
+# above was built, compile-checked and measured at 64-row tiles; 16 and 32 hold less of
+# everything. A 128-row tile does not fit: its TMA ring (2 stages of q, k, v[, grad_out]
+# 128-row tiles) and 128 x 128 score tiles need more than sm_90's 227 KB of shared memory per
+# CTA (bf16 D128: 360,516 B required, OutOfResources on an H200, 2026-11-27, corpus v2's
+# gpu-block-size-128-bf16-d128 under BLOCKATTN_KERNEL_PATH=prefer-hopper).
+MAX_TILE_ROWS = 64
+
+
+def unsupported_tile(block_rows_: int) -> str | None:
+    """Why this path does not take tiles of `block_rows_` rows (None: it does)."""
+    if block_rows_ > MAX_TILE_ROWS:
+        return (f"{block_rows_}-row tiles (block_size > {MAX_TILE_ROWS}) need more than "
+                f"sm_90's 227 KB of shared memory per CTA on the Hopper path (it takes row "
+                f"tiles of 16..{MAX_TILE_ROWS})")  # fmt: skip
+    return None
+
+
 def hopper_config(kernel: str, rotary: bool, head_dim: int) -> HopperConfig:
     key = (kernel, rotary, head_dim)
     return CONFIGS.get(key) or FITS.get(key, DEFAULT_CONFIG)

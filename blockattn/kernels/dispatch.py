@@ -8,13 +8,14 @@ them, so no path imports another's launcher; ops, the bench and the tools launch
 from __future__ import annotations
 
 import os
+import warnings
 
 import torch
 from torch import Tensor
 
 from blockattn.kernels import attention as portable
 from blockattn.kernels import attention_hopper as AH
-from blockattn.kernels.tile_math import _SPLIT_DTYPES, INTERPRET
+from blockattn.kernels.tile_math import _SPLIT_DTYPES, INTERPRET, block_rows
 from blockattn.kernels.tiles import TileTable
 
 try:  # written against triton 3.6's Gluon Hopper API; another triton may lack it
@@ -98,12 +99,14 @@ def _gluon_runs(why: str | None, want: str, kernel: str, q: Tensor,
     return why is None
 
 
-def kernel_path(kernel: str, q: Tensor, sinu_pos: Tensor | None, loaded: tuple[Tensor, ...]) -> str:
+def kernel_path(kernel: str, q: Tensor, sinu_pos: Tensor | None, loaded: tuple[Tensor, ...],
+                block_size: int = 64) -> str:  # fmt: skip
     """"hopper" or "portable": which kernels run this launch.
 
-    BLOCKATTN_KERNEL_PATH=portable|hopper forces one (hopper raises where it cannot run);
-    "prefer-hopper" takes the Hopper path wherever it can run and the portable one elsewhere
-    (fp32, the interpreter, inputs TMA cannot walk): what runs the whole suite against it.
+    BLOCKATTN_KERNEL_PATH=portable|hopper forces one (hopper raises, with the reason, where it
+    cannot run); "prefer-hopper" takes the Hopper path wherever it can run and the portable one
+    elsewhere (fp32, inputs TMA cannot walk, a row tile it does not take: block_size > 64, see
+    attention_hopper.unsupported_tile): what runs the whole suite against it.
     Unset or "auto" takes the Hopper path on sm_90 for 16-bit inputs whose (kernel, rotary,
     head dim) has a measured config in attention_hopper.CONFIGS (entered only where the device
     measured it faster) and whose loaded tensors TMA can read.
@@ -123,11 +126,26 @@ def kernel_path(kernel: str, q: Tensor, sinu_pos: Tensor | None, loaded: tuple[T
         why = f"q.dtype={q.dtype} (it takes bfloat16 and float16)"
     elif not AH.eligible(*loaded):
         why = "TMA needs 16-byte aligned, head-packed (T, H, D) inputs with unit stride along D"
+    else:
+        why = AH.unsupported_tile(block_rows(block_size))
     if want == "hopper":
         if why:
             raise RuntimeError(f"BLOCKATTN_KERNEL_PATH=hopper cannot run: {why}")
         return "hopper"
     return "portable" if why else "hopper"  # prefer-hopper, or auto with a measured config
+
+
+def _hopper_falls_back(kernel: str, exc: Exception) -> None:
+    """A Hopper build that raised Triton's OutOfResources at launch (it never ran, so nothing
+    was written): prefer-hopper / auto fall back to the portable kernels with a warning naming
+    the reason; forced (hopper), a RuntimeError naming it. Anything else propagates."""
+    if type(exc).__name__ != "OutOfResources":
+        raise exc
+    why = f"{kernel} build does not fit this GPU: {exc}"
+    if _wanted() == "hopper":
+        raise RuntimeError(f"BLOCKATTN_KERNEL_PATH=hopper cannot run: {why}") from exc
+    warnings.warn(f"blockattn: Hopper path falls back to the portable kernels ({why})",
+                  RuntimeWarning, stacklevel=3)  # fmt: skip
 
 
 def attention_fwd(q: Tensor, k: Tensor, v: Tensor, table: TileTable, sinu_pos: Tensor | None,
@@ -137,8 +155,11 @@ def attention_fwd(q: Tensor, k: Tensor, v: Tensor, table: TileTable, sinu_pos: T
     o = torch.empty(q.shape, dtype=q.dtype, device=q.device) if out is None else out
     if gluon_fwd(q, sinu_pos, block_size, (q, k, v, o)):
         return GRF.launch_fwd(q, k, v, o, table, sinu_pos, scale, rotate_v)
-    if kernel_path("fwd", q, sinu_pos, (q, k, v)) == "hopper":
-        return AH.launch_fwd(q, k, v, o, table, sinu_pos, scale, block_size, rotate_v)
+    if kernel_path("fwd", q, sinu_pos, (q, k, v), block_size) == "hopper":
+        try:
+            return AH.launch_fwd(q, k, v, o, table, sinu_pos, scale, block_size, rotate_v)
+        except Exception as exc:  # a build that does not fit this GPU: nothing was written
+            _hopper_falls_back("fwd", exc)
     return portable.launch_fwd(q, k, v, table, sinu_pos, scale, block_size, rotate_v, o)
 
 
@@ -157,8 +178,11 @@ def attention_bwd(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor, table: Tile
         if sinu_pos is not None:
             return GR.launch_bwd(q, k, v, grad_out, grads, table, sinu_pos, scale, rotate_v)
         return G.launch_bwd(q, k, v, grad_out, grads, table, scale)
-    if kernel_path("bwd", q, sinu_pos, (q, k, v, grad_out)) == "hopper":
-        return AH.launch_bwd(q, k, v, grad_out, grads, table, sinu_pos, scale, block_size,
-                             rotate_v, centred)
+    if kernel_path("bwd", q, sinu_pos, (q, k, v, grad_out), block_size) == "hopper":
+        try:
+            return AH.launch_bwd(q, k, v, grad_out, grads, table, sinu_pos, scale, block_size,
+                                 rotate_v, centred)
+        except Exception as exc:  # a build that does not fit this GPU: nothing was written
+            _hopper_falls_back("bwd", exc)
     return portable.launch_bwd(q, k, v, grad_out, table, sinu_pos, scale, block_size, rotate_v,
                                grads, centred)

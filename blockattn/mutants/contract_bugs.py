@@ -7,11 +7,20 @@ and the cases at other block sizes and layouts are what kill them."""
 
 from __future__ import annotations
 
-from blockattn.mutants.mutant import DISPATCH, OPS, PORTABLE, TILE_MATH, TILES, Mutant
+from blockattn.mutants.mutant import (
+    DISPATCH,
+    HOPPER,
+    OPS,
+    PORTABLE,
+    PREFER_HOPPER,
+    TILE_MATH,
+    TILES,
+    Mutant,
+)
 
 _G = "contract"
 
-CONTRACT: tuple[Mutant, ...] = (
+_CONTRACT: tuple[Mutant, ...] = (
     Mutant(
         "block-size-ignored",
         _G,
@@ -61,3 +70,134 @@ CONTRACT: tuple[Mutant, ...] = (
         "one element of O is 1 bf16 ulp larger on about half the calls (not repeatable)",
     ),
 )
+
+# Planted bugs in the battery itself (its probes and its judge), each removing part of one
+# property, for one tensor or position. No kernel under test shows them (a faithful kernel
+# passes either way): the battery's known-answer tests, whose witness kernels each break exactly
+# that part, are what kill them (issue 42, item 7).
+JC = "judge/contract.py"
+CC = "cases/contract.py"
+WITNESSES = "tests/contract/test_witnesses.py"
+PROBES = "tests/contract/test_probes.py"
+
+JUDGE: tuple[Mutant, ...] = (
+    Mutant(
+        "judge-containment-only-before",
+        _G,
+        JC,
+        "    checked = ~p.affected[:, :, None]  # (T, H, 1)",
+        "    checked = ~p.affected[:, :, None] & (pos < a)[:, None, None]  # (T, H, 1)",
+        "containment checks only the rows before the poisoned sequence",
+        tests=(WITNESSES,),
+    ),
+    Mutant(
+        "judge-containment-o-only",
+        _G,
+        JC,
+        "    for key in KEYS:\n        x, y = out[key], ref[key]",
+        "    for key in KEYS[:1]:\n        x, y = out[key], ref[key]",
+        "containment compares O only: a leak through the backward (dQ, dK, dV) passes",
+        tests=(WITNESSES,),
+    ),
+    Mutant(
+        "judge-containment-excuses-every-head",
+        _G,
+        CC,
+        "    affected[start:end, 0] = True",
+        "    affected[start:end, :] = True",
+        "containment excuses every head of the poisoned block: a leak across heads passes",
+        tests=(WITNESSES,),
+    ),
+    Mutant(
+        "judge-grad-out-never-poisoned",
+        _G,
+        CC,
+        'POISONED = ("q", "k", "v", "grad_out")',
+        'POISONED = ("q", "k", "v")',
+        "containment never poisons grad_out: a backward that spreads grad_out passes",
+        tests=(WITNESSES, PROBES),
+    ),
+    Mutant(
+        "judge-sinu-never-poisoned",
+        _G,
+        CC,
+        "                x[row, (vi * 5) % x.shape[1]] = value",
+        "                x[row, (vi * 5) % x.shape[1]] += 0",
+        "the rotary containment probe never poisons sinu_pos",
+        tests=(WITNESSES, PROBES),
+    ),
+    Mutant(
+        "judge-determinism-forward-only",
+        _G,
+        JC,
+        "            d = [k for k in KEYS if not",
+        "            d = [k for k in KEYS[:1] if not",
+        "determinism compares O only: a gradient that is not repeatable passes",
+        tests=(WITNESSES,),
+    ),
+    Mutant(
+        "judge-layouts-one-head",
+        _G,
+        CC,
+        "HEADS = 2  # >= 2",
+        "HEADS = 1  # >= 2",
+        "the probes run one head: head strides and (H, T, D) storage are never exercised",
+        tests=(WITNESSES, PROBES),
+    ),
+    Mutant(
+        "judge-mixed-layout-unmixed",
+        _G,
+        CC,
+        '    "mixed-1": (_C, "head-strided", "transposed", "token-strided"),',
+        '    "mixed-1": ("head-strided",) * 4,',
+        "the first mixed layout gives every tensor one layout (q contiguous beside strided "
+        "k, v, grad_out is never probed)",
+        tests=(PROBES,),
+    ),
+    Mutant(
+        "judge-scale-zero-is-default",
+        _G,
+        CC,
+        'SCALES = {"zero": lambda D: 0.0,',
+        'SCALES = {"zero": lambda D: default_scale(D),',
+        "the scale-0 probes pass the default scale: a kernel taking 0 as 'unset' passes",
+        tests=(WITNESSES, PROBES),
+    ),
+    Mutant(
+        "tma-takes-unpacked-heads",
+        _G,
+        HOPPER,
+        "(H == 1 or t.stride(1) == D)",
+        "(H >= 1 or t.stride(1) == D)",
+        "TMA eligibility forgets the head stride: a head-strided or (H, T, D)-stored input "
+        "goes to the Hopper/Gluon path, which reads heads D apart (the layout probes at H = 2)",
+        env=PREFER_HOPPER,
+    ),
+)
+
+CUT = "tests/providers/test_baselines_cut_at_the_block_size.py"
+BASELINES: tuple[Mutant, ...] = (
+    Mutant(
+        "fa2-cut-at-64",
+        _G,
+        "providers/fa2.py",
+        "    cu = block_cu_seqlens(offsets, block)  # the CASE's block size",
+        "    cu = block_cu_seqlens(offsets)  # the CASE's block size",
+        "the FA2 baseline cuts cu_seqlens every 64 tokens whatever the case's block size",
+        tests=(CUT,),
+    ),
+    Mutant(
+        "fa4-cut-at-64",
+        _G,
+        "providers/fa4.py",
+        "    cu = block_cu_seqlens(offsets, block)\n    res = _varlen_func()(q, k, v, "
+        "cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=block,",
+        "    cu = block_cu_seqlens(offsets)\n    res = _varlen_func()(q, k, v, "
+        "cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=64,",
+        "the FA4 baseline cuts cu_seqlens every 64 tokens (max_seqlen 64) whatever the case's "
+        "block size",
+        tests=(CUT,),
+    ),
+)
+
+CONTRACT: tuple[Mutant, ...] = _CONTRACT + JUDGE + BASELINES

@@ -149,7 +149,7 @@ class _FA2Fn(torch.autograd.Function):
 def _attention(q, k, v, offsets, scale, block: int = BLOCK):
     if q.shape[0] == 0:
         return q * 0
-    cu = block_cu_seqlens(offsets, block)
+    cu = block_cu_seqlens(offsets, block)  # the CASE's block size (never 64 regardless)
     return _FA2Fn.apply(q.contiguous(), k.contiguous(), v.contiguous(), cu, scale, block)
 
 

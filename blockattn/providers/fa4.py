@@ -55,12 +55,17 @@ def _varlen_func() -> Any:
     return flash_attn_varlen_func
 
 
+def _require_cuda(q: Tensor) -> None:
+    if q.device.type != "cuda":
+        raise Unsupported("fa4 needs a CUDA device")
+
+
 def _attention(q: Tensor, k: Tensor, v: Tensor, offsets: Tensor, scale: float,
                block: int = BLOCK) -> Tensor:  # fmt: skip
     if q.shape[0] == 0:  # no block at all: FA4 is never called with an empty batch
         return q * 0
-    if q.device.type != "cuda":
-        raise Unsupported("fa4 needs a CUDA device")
+    _require_cuda(q)
+    # every block of the CASE's block size is one varlen sequence (never 64 regardless)
     cu = block_cu_seqlens(offsets, block)
     res = _varlen_func()(q, k, v, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=block,
                          max_seqlen_k=block, softmax_scale=scale, causal=False)  # fmt: skip
