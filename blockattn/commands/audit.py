@@ -25,8 +25,58 @@ from blockattn.names import DISTRIBUTIONS
 HELP = (
     "audit the accuracy and speed claims (claims/claims.toml), each on the kernel it is about: "
     "confirmed / refuted / not runnable here over N seeds, with min/median/max, blockattn's "
-    "standing on the same statement, and how sensitive each verdict is (JSON + Markdown)"
+    "standing on the same statement, and how sensitive each verdict is (JSON + Markdown); "
+    "`--example-claims PATH` writes a claims file to start from for your own kernel"
 )
+# `blockattn audit --example-claims`: shipped inside the package, since examples/ is only in
+# a clone (tests/harness/test_example_claims.py keeps it equal to examples/claims.toml).
+EXAMPLE_CLAIMS = """\
+# An example claims file for your own kernel, written by `blockattn audit --example-claims
+# [PATH]`; run it with `blockattn audit --provider mine=mypkg.attn:block_attention --claims
+# PATH`. The schema, every field with its meaning, is the docstring of blockattn/audit/claims.py.
+# `kernel` names the provider a claim is about (here the one given as mine=...): only its
+# measurement decides the claim. A threshold is the claim's statement, never a measured value.
+schema_version = 2
+
+[shapes.small]  # a shape of your own: B sequences up to max_len tokens, sparsity empty
+B = 64
+max_len = 1024
+sparsity = 0.7
+H = 4
+
+[[claim]]
+id = "mine-fwd-1.2x-fa2"
+statement = "my kernel's forward is at least 1.2x FA v2 at the small shape, bf16, D128"
+source = "our design doc"
+kind = "speed"
+metric = "speedup"
+kernel = "mine"
+reference = ["fa2"]
+pass = "fwd"
+shape = "small"
+D = 128
+dtype = "bfloat16"
+comparison = ">="
+threshold = 1.2
+definition = "median do_bench ms of FA v2 varlen (cu_seqlens at every 64-token block) / my forward, same inputs"
+
+[[claim]]
+id = "mine-dq-no-worse-than-fa2"
+statement = "my kernel's max dQ error is no larger than FA v2's (ratio <= 1.0)"
+source = "our design doc"
+kind = "accuracy"
+metric = "err_ratio_vs_reference"
+kernel = "mine"
+reference = "fa2"
+tensors = ["dQ"]
+shape = "small"
+D = 128
+dtype = "bfloat16"
+comparison = "<="
+threshold = 1.0
+definition = "max |dQ - dQ_fp64| of my kernel / the same for FA v2, same inputs, worst seed"
+"""  # noqa: E501 - TOML lines as the example has them
+
 # CPU defaults for accuracy claims: the interpreter costs ~0.1 s per (64-token block, head), so a
 # shape-P case (22 k blocks x 4 heads) is out of reach; B and max_len are capped at these so one
 # seed takes seconds (smaller shapes, e.g. a test's, run as given). The verdict is then labelled
@@ -49,7 +99,13 @@ def _distributions(text: str) -> tuple[str, ...]:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--claims", type=Path, help="claims TOML (default claims/claims.toml)")
+    p.add_argument("--claims", type=Path,
+                   help="claims TOML (default claims/claims.toml, in a clone); for your own "
+                   "kernel start from `blockattn audit --example-claims claims.toml`")  # fmt: skip
+    p.add_argument("--example-claims", nargs="?", const="-", metavar="PATH",
+                   help="write an example claims file for your own kernel to PATH (or print it "
+                   "with no PATH) and exit: it ships inside the package, so it works from "
+                   "your own repository")  # fmt: skip
     p.add_argument("--claim", action="append", help="only this claim id (repeatable)")
     p.add_argument("--seeds", type=int, help="seeds per claim (default 5, or 3 with --quick)")
     p.add_argument("--first-seed", type=int, default=0)
@@ -150,6 +206,17 @@ def main(args: argparse.Namespace) -> int:
     from blockattn.run import session
     from blockattn.run.execute import device_info
 
+    if args.example_claims is not None:
+        if args.example_claims == "-":
+            print(EXAMPLE_CLAIMS, end="")
+        else:
+            dst = Path(args.example_claims)
+            if dst.exists():
+                raise ValueError(f"--example-claims {dst}: exists; give a new path")
+            dst.write_text(EXAMPLE_CLAIMS)
+            print(f"wrote {dst}; run: blockattn audit --provider mine=MODULE:CALLABLE "
+                  f"--claims {dst}", file=sys.stderr)  # fmt: skip
+        return 0
     if args.seeds is not None and args.seeds < 1:
         raise ValueError(f"--seeds must be >= 1, got {args.seeds}")
     if args.shape_scale is not None and not 0 < args.shape_scale <= 1:
