@@ -308,11 +308,54 @@ def summary_markdown(data: dict[str, Any]) -> str:
                 f"{_n(a and a['speedup_vs_fa2'], '.2f')} | {_n(r and r['ms'])} | {_n(best)} | "
                 f"{_n(r and best and best / r['ms'], '.2f')} |"
             )
-        targets += _targets(ms, case)
+        targets += _targets(ms, case, on_cpu=_on_cpu(data))
+    lines += _outside_table(ms, _outside(data), main_cases)
     lines += _projection_table(ms)
     lines += ["", "### Targets", "", "| case | sparsity | target | value | goal | met |"]
     lines += ["|---|---|---|---:|---:|---|", *targets]
     return "\n".join(lines)
+
+
+def _on_cpu(data: dict[str, Any]) -> bool:
+    """A bench run on the CPU interpreter: blockattn's GPU targets do not apply there."""
+    meta = data.get("meta") or {}
+    return (str(meta.get("triton_interpret")) == "1" or run_gpu_kind(data) == "cpu"
+            or str(meta.get("gpu", "")).lower() in ("cpu", "none"))  # fmt: skip
+
+
+def _outside(data: dict[str, Any]) -> list[str]:
+    """The bench entries of the user's --provider kernels (in bench.json's config)."""
+    cfg = (data.get("meta") or {}).get("config") or {}
+    return [str(x) for x in cfg.get("outside") or ()]
+
+
+def _outside_table(ms: list[dict[str, Any]], outside: list[str], cases: list[str]) -> list[str]:
+    """Your kernel(s) beside blockattn and FA v2 at the main shapes."""
+    if not outside:
+        return []
+    lines = ["", "### Summary: your kernel(s) vs blockattn vs FA v2 (median ms)", "",
+             "| case | sparsity | pass | provider | check | ms | % ceil | blockattn ms "
+             "| FA2 ms | / blockattn | / FA2 |",
+             "|---|---|---|---|---|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+    for case in cases:
+        first = next(r for r in ms if r["case"] == case)
+        for prov in outside:
+            for pas in ("fwd", "bwd", "fwdbwd"):
+                o = _lookup(ms, case, prov, pas)
+                row = o or next((r for r in ms if r["case"] == case and r["provider"] == prov),
+                                None)  # fmt: skip
+                if row is None:
+                    continue
+                a = _lookup(ms, case, "blockattn", pas)
+                f = _lookup(ms, case, "fa2", pas)
+                lines.append(
+                    f"| {case} | {_sparsity(first)} | {pas} | {prov} | "
+                    f"{row.get('check') or row['status']} | {_n(o and o['ms'])} | "
+                    f"{_n(o and o.get('pct_ceiling'), '.1f')} | {_n(a and a['ms'])} | "
+                    f"{_n(f and f['ms'])} | {_n(o and a and o['ms'] / a['ms'], '.2f')} | "
+                    f"{_n(o and f and o['ms'] / f['ms'], '.2f')} |"
+                )
+    return lines
 
 
 def _sparsity(row: dict[str, Any]) -> str:
@@ -352,7 +395,7 @@ def _projection_table(ms: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def _targets(ms: list[dict[str, Any]], case: str) -> list[str]:
+def _targets(ms: list[dict[str, Any]], case: str, on_cpu: bool = False) -> list[str]:
     def pct(p: str, pas: str) -> float | None:
         r = _lookup(ms, case, p, pas)
         return r["pct_ceiling"] if r else None
@@ -397,7 +440,9 @@ def _targets(ms: list[dict[str, Any]], case: str) -> list[str]:
     out = []
     for name, val, goal, op, lim in rows:
         met = (
-            "n/a"
+            "n/a on cpu"  # GPU targets: the interpreter's times say nothing about them
+            if on_cpu
+            else "n/a"
             if val is None
             else ("yes" if (val >= lim if op == "ge" else val <= lim) else "NO")
         )
@@ -462,11 +507,35 @@ def plot(data: dict[str, Any], out: Path) -> list[str]:
             if xkey == "max_len":
                 ax.set_xscale("log", base=2)
         axes[0].legend(fontsize=8)
-        fig.suptitle(f"{data['meta']['gpu']}: time vs {xkey} (E[T] ~ const)")
+        only_main = [o for o in _outside(data) if all(r["provider"] != o for r in rows)]
+        fig.suptitle(f"{data['meta']['gpu']}: time vs {xkey} (E[T] ~ const)"
+                     + (f"; {', '.join(only_main)}: main shapes only (main_shapes.png)"
+                        if only_main else ""))  # fmt: skip
         fig.tight_layout()
         fig.savefig(out / fname, dpi=110)
         plt.close(fig)
         written.append(fname)
+    main = [r for r in ms if r["group"] == "main"]
+    if main:  # every provider timed at the main shapes, --provider kernels included
+        cases = list(dict.fromkeys(r["case"] for r in main))
+        provs = list(dict.fromkeys(r["provider"] for r in main))
+        fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+        width = 0.8 / max(1, len(provs))
+        for ax, pas in zip(axes, ("fwd", "bwd", "fwdbwd"), strict=True):
+            for i, prov in enumerate(provs):
+                ys = [(_lookup(main, c, prov, pas) or {}).get("ms") for c in cases]
+                xs = [j + i * width for j, y in enumerate(ys) if y is not None]
+                ax.bar(xs, [y for y in ys if y is not None], width, label=prov)
+            ax.set_xticks([j + 0.4 - width / 2 for j in range(len(cases))], cases, fontsize=7,
+                          rotation=20)  # fmt: skip
+            ax.set_title(f"{pas}: median ms at the main shapes")
+            ax.grid(alpha=0.3, axis="y")
+        axes[0].legend(fontsize=7)
+        fig.suptitle(f"{data['meta']['gpu']}: every provider at the main shapes")
+        fig.tight_layout()
+        fig.savefig(out / "main_shapes.png", dpi=110)
+        plt.close(fig)
+        written.append("main_shapes.png")
     rows = [r for r in ms if r["group"] in ("sweep_len", "sweep_sparsity")]
     if rows and data["ceiling"]:
         fig, axes = plt.subplots(2, 2, figsize=(11, 8))

@@ -11,7 +11,9 @@ HELP = "Benchmark blockattn against FA2 (+ rotary), SDPA, FlexAttention, eager v
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", default="bench_out", help="output directory (default bench_out)")
+    parser.add_argument("--out", default=None,
+                        help="output directory (default reports/bench-<timestamp>, beside the "
+                        "run and gate reports)")  # fmt: skip
     parser.add_argument("--quick", action="store_true", help="reduced sweeps")
     parser.add_argument(
         "--smoke",
@@ -92,6 +94,10 @@ def _reexec(args: argparse.Namespace) -> int:
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.out is None:  # decided once, before a re-exec, so both name the same directory
+        from blockattn.run.session import default_out
+
+        args.out = str(default_out("bench"))
     if args.smoke and _needs_interpreter():
         return _reexec(args)
     from blockattn import providers as registry
