@@ -200,4 +200,36 @@ BASELINES: tuple[Mutant, ...] = (
     ),
 )
 
-CONTRACT: tuple[Mutant, ...] = _CONTRACT + JUDGE + BASELINES
+RULES_TESTS = "tests/test_regression_rules.py"
+RULES: tuple[Mutant, ...] = (
+    Mutant(
+        "suite-p50-gets-p9999-slack",
+        "suite",
+        "judge/verdict.py",
+        '(("p50", "p50_growth", "p50_slack_ulp"),',
+        '(("p50", "p50_growth", "p9999_slack_ulp"),',
+        "the median's regression rule gets p99.99's slack (1 ulp instead of 1/4)",
+        tests=(RULES_TESTS,),
+    ),
+    Mutant(
+        "suite-new-violations-one-free",
+        "suite",
+        "judge/verdict.py",
+        'nb["violations"] > ob["violations"] + reg["max_new_violations"]',
+        'nb["violations"] > ob["violations"] + reg["max_new_violations"] + 1',
+        "one new bound violation is let through as noise",
+        tests=(RULES_TESTS,),
+    ),
+    Mutant(
+        "suite-bound-dv-rotated-back-without-rotate-v",
+        "suite",
+        "../oracles/error_bound.py",
+        "                if rotate_v:\n                    e_dv = chain.rotate_back(",
+        "                if True:\n                    e_dv = chain.rotate_back(",
+        "the bound treats dV of a rotary case with rotate_v=False as rotated back (one more "
+        "rounding of |R||dV|: looser dV bounds)",
+        tests=("tests/bounds/test_known_answers.py",),
+    ),
+)
+
+CONTRACT: tuple[Mutant, ...] = _CONTRACT + JUDGE + BASELINES + RULES
