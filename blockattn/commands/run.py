@@ -225,6 +225,8 @@ def main(args: argparse.Namespace) -> int:
     records = run_interruptible(args, specs, out, provs, ut, bl, tol)
     if records is None:
         return 130  # 128 + SIGINT, the shell convention for an interrupted command
+    # Ctrl-C from here on (the battery, the reports) says where the complete results are
+    session.say_on_interrupt(session.after_cases_note(out, records, args))
     checks = None if args.no_selfcheck else selfcheck_section(device)
     from blockattn.commands.contract import section as contract_section
     from blockattn.run import isolated
@@ -280,4 +282,5 @@ def main(args: argparse.Namespace) -> int:
         failed = True
     for line in contract_bad:
         print(f"FAIL {line}", file=sys.stderr)
+    session.say_on_interrupt(None)
     return 1 if failed or contract_bad else 0

@@ -388,3 +388,48 @@ def timestamp() -> str:
 
 def default_out(kind: str) -> Path:
     return Path("reports") / f"{kind}-{timestamp()}"
+
+
+def after_cases_note(out: str | Path, records: list[dict[str, Any]], args: Any) -> str:
+    """What Ctrl-C after every case was judged says: the verdicts so far, where the complete
+    results are and the command that finishes the rest (the contract battery, the reports)."""
+    vs = [r.get("verdict") for r in records if isinstance(r.get("verdict"), dict)]
+    failed = sum(not v.get("passed", True) for v in vs)
+    skipped = sum(bool(v.get("skipped")) and v.get("passed", True) for v in vs)
+    counts = (f"{len(vs) - failed - skipped} passed, {failed} failed, {skipped} unsupported"
+              if vs else "no verdicts (--no-tolerances)")  # fmt: skip
+    return (f"\ninterrupted after every case was run: {len(records)} cases, {counts}; the "
+            f"contract battery and the reports (report.json, summary.md) were not finished.\n"
+            f"  results (complete): {out}/results.jsonl\n"
+            f"  render them:        blockattn report {out}\n"
+            f"  finish the run:     {resume_command(args, out)}")  # fmt: skip
+
+
+_PREVIOUS_SIGINT: list[Any] = []
+
+
+def say_on_interrupt(message: str | None) -> None:
+    """From here on, Ctrl-C prints `message` before the KeyboardInterrupt it raises as usual;
+    None restores the handler there was before. Main thread only (signals are delivered there)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if message is None:
+        if _PREVIOUS_SIGINT:
+            signal.signal(signal.SIGINT, _PREVIOUS_SIGINT.pop())
+        return
+    prev = signal.getsignal(signal.SIGINT)
+    if getattr(prev, "_blockattn_note", False):  # an earlier command's, never restored
+        prev = _PREVIOUS_SIGINT.pop() if _PREVIOUS_SIGINT else signal.default_int_handler
+    if prev is not signal.default_int_handler:  # ignored (a background job) or someone's own
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        print(message, file=sys.stderr, flush=True)
+        raise KeyboardInterrupt
+
+    handler._blockattn_note = True  # type: ignore[attr-defined]
+    _PREVIOUS_SIGINT.append(prev)
+    signal.signal(signal.SIGINT, handler)
