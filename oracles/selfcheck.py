@@ -284,6 +284,64 @@ def check_extreme_finite(device: str) -> dict[str, Any]:
     )
 
 
+EXTREME_LENGTHS = (0, 1, 65, 0, 63)  # partial blocks (padding keys) and a full one
+EXP_UNDERFLOW = -745.2  # FP64's exp(x) is 0 below about this (exp(-745.13) ~ 5e-324)
+
+
+def _aimed(q: Tensor, k: Tensor, rows: Tensor, target: float, scale: float) -> tuple[Tensor,
+                                                                                   Tensor]:
+    """k = 64 mu_h + z, z ~ N(0, 1) (mu_h a unit vector per head) and, on `rows`, q = t mu_h:
+    those rows' scores are scale * t * (64 + mu.z), within ~6% of target (|mu.z| < 4) for
+    t = target / (64 scale)."""
+    mu = k[:1] / k[:1].norm(dim=-1, keepdim=True)
+    k = k + 64.0 * mu
+    q = q.clone()
+    q[rows] = (target / (64.0 * scale)) * mu.expand(int(rows.sum()), -1, -1)
+    return q, k
+
+
+def check_extreme_ranges(device: str) -> dict[str, Any]:
+    """The closed forms against the dense formulation (forward) and its autograd (backward),
+    on rows whose every score lies below FP64's exp underflow (~-745; a softmax without the
+    max subtraction, or with the max taken over padding keys, gives 0/0 there), rows far above
+    zero (+1000: exp overflows), |q| scaled by 1e6 and 1e-6, and heads of very different
+    scales (1e3 and 1e-3 in one call). Partial blocks (EXTREME_LENGTHS)."""
+    off, (q0, k0, v, g), _ = random_inputs(EXTREME_LENGTHS, 2, 16, seed=11, device=device)
+    sc = 16**-0.5
+    T = q0.shape[0]
+    rows = torch.arange(T, device=q0.device) % 3 == 0
+    head = torch.tensor([1e3, 1e-3], dtype=F64, device=q0.device).view(1, 2, 1)
+    cases = {
+        "below exp underflow": _aimed(q0, k0, rows, -1000.0, sc),
+        "far above zero": _aimed(q0, k0, rows, 1000.0, sc),
+        "|q| x 1e6": (1e6 * q0, k0),
+        "|q| x 1e-6": (1e-6 * q0, k0),
+        "heads x 1e3 and x 1e-3": (head * q0, k0),
+    }
+    worst, where, n_bad = 0.0, "", 0
+    for name, (q, k) in cases.items():
+        o = block_attention(q, k, v, off, block_size=64, scale=sc)
+        grads = block_attention_backward(q, k, v, off, g, block_size=64, scale=sc)
+        ref_o = dense_block_attention(q, k, v, off, 64, sc)
+        ref_g = _autograd_grads(lambda a, b, c: dense_block_attention(a, b, c, off, 64, sc),
+                                [q, k, v], g)  # fmt: skip
+        n_bad += sum(int((~torch.isfinite(t)).sum()) for t in (o, *grads))
+        for got, ref in zip((o, *grads), (ref_o, *ref_g), strict=True):
+            e = rel_err(got, ref)
+            if not e <= worst:  # NaN counts as the worst
+                worst, where = (math.inf if math.isnan(e) else e), name
+    if cases["below exp underflow"][0][rows].numel():  # the construction reaches the range
+        q, k = cases["below exp underflow"]
+        s = sc * torch.einsum("thd,thd->th", q[rows], k[rows])
+        assert float(s.max()) < EXP_UNDERFLOW, float(s.max())
+    return _result(
+        "extreme score ranges: closed forms match the dense formulation",
+        worst + (math.inf if n_bad else 0.0),
+        REL_BOUND,
+        f"worst {worst:.1e} ({where or '-'}); non-finite {n_bad}; cases: {', '.join(cases)}",
+    )
+
+
 CHECKS: tuple[Callable[[str], dict[str, Any]], ...] = (
     check_backward_vs_autograd,
     check_rotary_backward_vs_autograd,
@@ -295,6 +353,7 @@ CHECKS: tuple[Callable[[str], dict[str, Any]], ...] = (
     check_chunking,
     check_rotary,
     check_extreme_finite,
+    check_extreme_ranges,
 )
 
 

@@ -140,3 +140,30 @@ def test_the_gate_fails_on_one_regression_and_passes_at_the_threshold(tol) -> No
     assert not d.failed, d.reasons
     d = gate_rules.decide([_set(old, p50=lim + EPS)], [V()], {"c": old}, tol, UT)
     assert d.failed and d.reasons == ["1 regressions vs the baseline"], d.reasons
+
+
+def _judged(tol, fa2_violations: int):
+    """A v5 record with blockattn under test and fa2 as a baseline, each with a bound."""
+    from blockattn.judge.verdict import Verdict
+
+    v = Verdict("case-1")
+    for prov, n in ((UT, 0), ("fa2", fa2_violations)):
+        rule, _ = tol.rule_for(prov, None if prov == UT else "fa2-rounded-p-ds", None)
+        v.checks.append({"provider": prov, "tensor": "dV", "violations": n,
+                         "bound": rule["max_violations"], "model": "m"})  # fmt: skip
+    return [{"case_id": "case-1", "under_test": UT}], [v]
+
+
+def test_a_baseline_beyond_its_own_bound_fails_the_run_naming_the_baseline(tol) -> None:
+    records, verdicts = _judged(tol, 0)
+    assert not gate_rules.decide(records, verdicts, None, tol, UT).failed
+    allowed = verdicts[0].checks[1]["bound"]
+    records, verdicts = _judged(tol, allowed + 1)
+    d = gate_rules.decide(records, verdicts, None, tol, UT)
+    assert d.failed and len(d.reasons) == 1, d.reasons
+    assert d.reasons[0].startswith("baseline fa2 beyond its own m bound on case-1: dV")
+    assert f"not the kernel under test ({UT})" in d.reasons[0]
+    # the same violations on the kernel under test are the verdict's, not this rule's
+    records, verdicts = _judged(tol, 0)
+    verdicts[0].checks[0]["violations"] = 5
+    assert not gate_rules.decide(records, verdicts, None, tol, UT).failed

@@ -5,6 +5,10 @@
 * any failing case fails;
 * with a baseline: a baseline that shares no case with the run fails (nothing was compared);
   a case missing from the baseline is counted and reported; each regression fails.
+* a baseline provider (any provider of a record other than the one under test) whose result
+  is beyond its own declared model's bound (more violations than its rule allows) fails the
+  run, with a line naming that baseline and the case: the numbers the kernel is compared with
+  are themselves wrong (or the model it declares is), which no verdict of the kernel can show.
 """
 
 from __future__ import annotations
@@ -41,6 +45,15 @@ def decide(
     n_bad = sum(not v.passed for v in verdicts)
     if n_bad:
         d.fail(f"{n_bad} of {len(verdicts)} cases failed")
+    for r, v in zip(records, verdicts, strict=False):
+        ut = under_test or r.get("under_test")
+        for c in getattr(v, "checks", None) or []:
+            prov, n, allowed = c.get("provider"), c.get("violations"), c.get("bound")
+            if prov is None or prov == ut or n is None or allowed is None or n <= allowed:
+                continue
+            d.fail(f"baseline {prov} beyond its own {c.get('model')} bound on "
+                   f"{r.get('case_id', v.case_id)}: {c.get('tensor')} {n} elements (allowed "
+                   f"{allowed}) [the baseline's result, not the kernel under test ({ut})]")
     if baseline is not None:
         shared = 0
         for r in records:

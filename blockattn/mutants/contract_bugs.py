@@ -230,6 +230,17 @@ RULES: tuple[Mutant, ...] = (
         "rounding of |R||dV|: looser dV bounds)",
         tests=("tests/bounds/test_known_answers.py",),
     ),
+    Mutant(
+        "oracle-softmax-max-over-padding",
+        "suite",
+        "../oracles/attention.py",
+        "    m = s.amax(dim=-1, keepdim=True)",
+        "    m = scores.amax(dim=-1, keepdim=True)",
+        "the oracle's softmax takes its max over the padding keys of a partial block too: rows "
+        "whose scores all lie below FP64's exp underflow become 0/0 (the self-check's extreme "
+        "ranges catch it; no corpus case reaches that range)",
+        tests=("tests/oracles/test_oracle_validation_selfcheck.py",),
+    ),
 )
 
 CONTRACT: tuple[Mutant, ...] = _CONTRACT + JUDGE + BASELINES + RULES

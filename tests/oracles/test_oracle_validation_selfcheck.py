@@ -187,3 +187,23 @@ def test_selfcheck_command(capsys, monkeypatch):
     monkeypatch.setattr(sc, "CHECKS", (lambda d: sc._result("fake", 1.0, 0.0, "x"),))
     assert cmd.main(parser.parse_args(["--json"])) == 1
     assert '"passed": false' in capsys.readouterr().out
+
+
+def test_selfcheck_reaches_extreme_score_ranges_and_catches_a_max_over_padding(monkeypatch):
+    # The construction reaches the ranges it names (every score of the aimed rows below FP64's
+    # exp underflow), and a softmax whose max is taken over the padding keys too (score 0 in a
+    # partial block's padded tile) fails it, though the older checks pass such an oracle.
+    import oracles.attention as A
+
+    r = sc.check_extreme_ranges("cpu")
+    assert r["passed"] and "below exp underflow" in r["detail"], r
+
+    def max_over_padding(scores, valid):
+        s = scores.masked_fill(~valid, float("-inf"))
+        e = torch.exp(s - scores.amax(dim=-1, keepdim=True))
+        d = e.sum(-1, keepdim=True)
+        return e / torch.where(d > 0, d, torch.ones_like(d))
+
+    monkeypatch.setattr(A, "masked_softmax", max_over_padding)
+    bad = sc.check_extreme_ranges("cpu")
+    assert not bad["passed"] and "below exp underflow" in bad["detail"], bad
