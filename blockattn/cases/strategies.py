@@ -174,6 +174,19 @@ def _options(space: Space, seed: int, i: int) -> dict[str, str]:
     return out
 
 
+# Scale edges drawn by the fuzz (one draw in SCALE_EDGE_SHARE, from its own stream as
+# `_block_size`, so every other draw keeps its id): 0 (each row the mean of its block's V), a
+# negative scale, a tiny one, and a large one, which on scaled_logits or negative_rows inputs
+# puts whole rows of scores far above zero or below FP64's exp underflow (~-745).
+SCALE_EDGES = (0.0, -0.125, 1e-6, 4.0)
+SCALE_EDGE_SHARE = 1 / 6
+
+
+def _scale_edge(seed: int, i: int) -> float | None:
+    r = random.Random(f"{seed}:{i}:scale_edge")
+    return r.choice(SCALE_EDGES) if r.random() < SCALE_EDGE_SHARE else None
+
+
 def sample_specs(space: Space, n: int, seed: int) -> list[CaseSpec]:
     """Seeded draws from the same space without Hypothesis (for `blockattn run`'s fuzz part)."""
     rng = random.Random(seed)
@@ -201,6 +214,9 @@ def sample_specs(space: Space, n: int, seed: int) -> list[CaseSpec]:
             # Readable and unique within a sample: sampler seed, draw index, what it is.
             name=f"fuzz-s{seed}-{i}-{variant}-{_SHORT[dtype]}-d{D}-{dist}",
         )
+        edge = _scale_edge(seed, i)
+        if edge is not None:
+            common.update(scale=edge, name=f"{common['name']}-scale{edge:g}")
         bs = _block_size(space, seed, i)
         if bs != 64:
             common.update(block_size=bs, name=f"{common['name']}-bs{bs}")

@@ -122,3 +122,19 @@ def test_the_kernel_gets_the_specs_offsets_dtype_and_max_seq_len() -> None:
     assert seen == {"dtype": torch.int64, "max_seq_len": 70}
     prov.run(build_inputs(CaseSpec(lengths=(5, 70, 0), H=1, max_seq_len="larger")), "plain")
     assert seen == {"dtype": torch.int32, "max_seq_len": 147}
+
+
+def test_fuzz_draws_every_scale_edge_from_its_own_stream() -> None:
+    # Extreme score ranges in the fuzz: 0, negative, tiny and large scales (a large one on
+    # scaled_logits / negative_rows puts whole rows far above zero or below exp's underflow).
+    space = strategies.SPACES["ci"]
+    specs = strategies.sample_specs(space, 120, 3)
+    assert set(strategies.SCALE_EDGES) <= {s.scale for s in specs}
+    for i, s in enumerate(specs):
+        edge = strategies._scale_edge(3, i)
+        if edge is None:  # every other draw as earlier releases drew it
+            assert s.scale in (None, 0.05, 0.125, 0.5) and "-scale" not in s.name.replace(
+                "-scaled_logits", ""), s.name
+        else:
+            tag = f"-scale{edge:g}"
+            assert s.scale == edge and (s.name.endswith(tag) or tag + "-" in s.name), s.name
