@@ -12,6 +12,29 @@ from typing import Any
 from blockattn.run import env
 
 
+class _DropIsFxTracingNotice:
+    """torch logs "is_fx_tracing will return true for both fx.symbolic_trace and torch.export..."
+    (a note to torch's own tracer authors) the first time anything calls
+    `torch.nested.nested_tensor_from_jagged`, which blockattn does for its nested-input probes
+    and ops: on every run. Only that record of that logger is dropped."""
+
+    def filter(self, record: Any) -> bool:
+        return not str(record.msg).startswith("is_fx_tracing will return true")
+
+
+def quiet_is_fx_tracing_notice() -> None:
+    """Install the filter (idempotent); at import here, and by any process that builds nested
+    tensors (the isolation worker should call it too)."""
+    import logging
+
+    log = logging.getLogger("torch.fx._symbolic_trace")
+    if not any(isinstance(f, _DropIsFxTracingNotice) for f in log.filters):
+        log.addFilter(_DropIsFxTracingNotice())
+
+
+quiet_is_fx_tracing_notice()
+
+
 def setup_device() -> str:
     """Configure env (xdist GPU pin, TRITON_INTERPRET on CPU); re-exec if it is too late.
 
