@@ -31,6 +31,7 @@ KEYS = ("O", "dQ", "dK", "dV")
 OUTPUT_KEYS = {"fwd": ("O",), "bwd": ("dQ", "dK", "dV"), "fwdbwd": ("dQ", "dK", "dV")}
 DATA_SEED_2 = 7919  # the second input set: same lengths, other data
 BATCHES = 5
+BATCH_MS = 250.0  # each batch this long at least: the round trip stays well under 1 % of it
 
 
 def case_params(case: BenchCase) -> dict[str, Any]:
@@ -146,7 +147,7 @@ class IsolatedBench:
         t0 = time.perf_counter()
         self._ask({"sub": "time", "pass": pas, "seq": [0, 1, 0, 1]}, [idx])
         est = max((time.perf_counter() - t0) * 1e3 / 4, 1e-3)
-        n = int(min(max(rep_ms / batches / est, 3), 1000))
+        n = int(min(max(max(rep_ms, BATCH_MS) / est, 3), 2000))
         per_call, events = [], []
         info: dict[str, Any] = {"check": "pass"}
         for _ in range(batches):

@@ -18,6 +18,7 @@ import time
 import torch
 
 import blockattn
+from blockattn.providers import Supports, kernel
 
 
 def _honest(q, k, v, offsets, **kw):
@@ -33,6 +34,12 @@ def _note(text: str) -> None:
 
 def honest(q, k, v, offsets, **kw):
     """Control: blockattn itself, through the public API."""
+    return _honest(q, k, v, offsets, **kw)
+
+
+@kernel(supports=Supports(max_seq_len=True))
+def honest_msl(q, k, v, offsets, **kw):
+    """Control: blockattn through the public API, declaring the sync-free `max_seq_len=`."""
     return _honest(q, k, v, offsets, **kw)
 
 
