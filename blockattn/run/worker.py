@@ -46,6 +46,9 @@ INIT_ENV = "BLOCKATTN_WORKER_INIT"  # MODULE:FUNCTION called once in every fresh
 
 
 def hello(msg: dict, tensors: list, provs: dict) -> tuple[dict, list]:
+    from blockattn.run import session
+
+    session.quiet_is_fx_tracing_notice()  # as in the judge: no torch notice per call
     init = os.environ.get(INIT_ENV)
     if init:  # the user's set-up (torch flags, seeds, ...), as the conftest did for pytest
         import importlib
