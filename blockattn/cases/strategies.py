@@ -215,8 +215,8 @@ def sample_specs(space: Space, n: int, seed: int) -> list[CaseSpec]:
             name=f"fuzz-s{seed}-{i}-{variant}-{_SHORT[dtype]}-d{D}-{dist}",
         )
         edge = _scale_edge(seed, i)
-        if edge is not None:
-            common.update(scale=edge, name=f"{common['name']}-scale{edge:g}")
+        if edge is not None:  # the case id carries the scale; the name's fields stay as before
+            common.update(scale=edge)
         bs = _block_size(space, seed, i)
         if bs != 64:
             common.update(block_size=bs, name=f"{common['name']}-bs{bs}")
