@@ -107,6 +107,13 @@ def load_tolerances(args: argparse.Namespace, device: str | None = None):
     if args.tolerances is None:  # say which file judges, so nobody has to guess
         print(f"tolerances: {path} ({tol.label}), the newest released for {device}",
               file=sys.stderr)  # fmt: skip
+    calibrated = (tol.data.get("provenance") or {}).get("device")
+    if device and calibrated and calibrated != device:  # a GPU file on a CPU run, or the reverse
+        newest = tolerances.latest_released(tolerances.default_tolerance_dir(), device=device)
+        print(f"note: tolerances {tol.label} were calibrated on {calibrated} and these cases run "
+              f"on {device}: the pipelines differ (CPU interpreter vs GPU kernels, eager vs FA v2 "
+              f"baseline); the newest released file for {device} is "
+              f"{newest.stem if newest else 'none'}", file=sys.stderr)  # fmt: skip
     return tol
 
 

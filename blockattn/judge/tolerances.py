@@ -21,6 +21,7 @@ Layout (see blockattn/tolerances/SCHEMA.md for the prose version):
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import re
 import tomllib
@@ -452,9 +453,35 @@ def default_tolerance_dir() -> Path:
     return Path(__file__).resolve().parents[1] / "tolerances"
 
 
+class UnknownVersion(argparse.ArgumentTypeError, ValueError):
+    """`--tolerances vN` naming no shipped file (argparse shows its message; exit 2)."""
+
+
+def shipped_versions() -> str:
+    """The shipped files, newest first: 'v5 (released, cuda), v4 (released, cpu), v3 (...)'."""
+    out = []
+    files = sorted(default_tolerance_dir().glob("v*.toml"),
+                   key=lambda f: int(re.sub(r"\D", "", f.stem) or 0), reverse=True)  # fmt: skip
+    for f in files:
+        try:
+            with open(f, "rb") as fh:
+                doc = tomllib.load(fh)
+            released = released_name(hashlib.sha256(f.read_bytes()).hexdigest()) is not None
+            dev = doc.get("provenance", {}).get("device")
+            out.append(f"{f.stem} ({'released' if released else doc.get('status', '?')}, {dev})")
+        except (OSError, tomllib.TOMLDecodeError):
+            out.append(f"{f.stem} (unreadable)")
+    return ", ".join(out)
+
+
 def resolve_path(arg: str | Path) -> Path:
-    """A tolerance file argument: a path, or a bare version name ('v5') of a shipped file."""
+    """A tolerance file argument: a path, or a bare version name ('v5') of a shipped file; a
+    version that is not shipped is refused with the list of those that are."""
     p = Path(arg)
     if not p.exists() and re.fullmatch(r"v\d+(\.toml)?", str(arg)):
-        return default_tolerance_dir() / (p.stem + ".toml")
+        shipped = default_tolerance_dir() / (p.stem + ".toml")
+        if not shipped.is_file():
+            raise UnknownVersion(f"no tolerance file {p.stem} ships with blockattn; shipped: "
+                                 f"{shipped_versions()} (or give a file path)")  # fmt: skip
+        return shipped
     return p

@@ -153,7 +153,9 @@ def load_spec(spec: str) -> Provider:
             return get(spec)
         except ValueError:
             known = sorted({**all_providers(), **entry_points()})
-            raise ValueError(f"--provider {spec!r}: not a known provider ({', '.join(known)}); "
+            hint = _did_you_mean(spec, known)
+            raise ValueError(f"--provider {spec!r}: not a known provider{hint} "
+                             f"({', '.join(known)}); "
                              "an outside kernel: expected [NAME=]MODULE:CALLABLE") from None
     name, mod_name, attr = parse_spec(spec)
     # An outside kernel usually lives in the user's own repo: import it from the working dir.
@@ -168,7 +170,10 @@ def load_spec(spec: str) -> Provider:
     obj: Any = mod
     for part in attr.split("."):
         if not hasattr(obj, part):
-            raise ValueError(f"--provider {spec!r}: {mod_name!r} has no attribute {attr!r}")
+            names = [n for n in dir(obj) if not n.startswith("_")
+                     and callable(getattr(obj, n, None))]  # fmt: skip
+            raise ValueError(f"--provider {spec!r}: {mod_name!r} has no attribute {attr!r}"
+                             + _did_you_mean(part, names))  # fmt: skip
         obj = getattr(obj, part)
     prov = _from_object(obj, name, f"{mod_name}:{attr}", spec)
     if prov.name in _discover():
@@ -178,6 +183,14 @@ def load_spec(spec: str) -> Provider:
     prov = replace(prov, spec=f"{prov.name}={mod_name}:{attr}")
     _EXTRA[prov.name] = prov
     return prov
+
+
+def _did_you_mean(word: str, choices: list[str]) -> str:
+    """'; did you mean `x`?' for a near miss (difflib), else ''."""
+    import difflib
+
+    close = difflib.get_close_matches(word, choices, n=3, cutoff=0.6)
+    return f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
 
 
 def load_specs(specs: list[str] | None) -> list[str]:
