@@ -12,6 +12,7 @@ from blockattn.mutants.mutant import (
     HOPPER,
     OPS,
     PORTABLE,
+    PREFER_GLUON,
     PREFER_HOPPER,
     TILE_MATH,
     TILES,
@@ -172,6 +173,17 @@ JUDGE: tuple[Mutant, ...] = (
         "TMA eligibility forgets the head stride: a head-strided or (H, T, D)-stored input "
         "goes to the Hopper/Gluon path, which reads heads D apart (the layout probes at H = 2)",
         env=PREFER_HOPPER,
+    ),
+    Mutant(
+        "tma-takes-unpacked-heads-gluon",
+        _G,
+        HOPPER,
+        "(H == 1 or t.stride(1) == D)",
+        "(H >= 1 or t.stride(1) == D)",
+        "the same eligibility edit under prefer-gluon: the Gluon backward takes a grad_out "
+        "whose heads are not packed (the battery's grad-out-transposed probe at H = 2; sm_90)",
+        env=PREFER_GLUON,
+        needs_sm90=True,
     ),
 )
 
