@@ -110,9 +110,17 @@ class Worker:
         self.info: dict[str, Any] = {}
 
     def start(self) -> dict[str, Any]:
+        self.spawn()
+        return self.handshake()
+
+    def spawn(self) -> None:
+        """Start the process and send its hello; `handshake` reads the answer (the imports and
+        the device check run meanwhile, so a worker spawned early costs the judge nothing)."""
         ours, theirs = socket.socketpair()
         env = {**os.environ, TOKEN_ENV: self.token,
                "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}  # fmt: skip
+        if not torch.cuda.is_available():  # the kernels need the interpreter there too
+            env.setdefault("TRITON_INTERPRET", "1")
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "blockattn.run.worker", str(theirs.fileno())],
@@ -121,7 +129,10 @@ class Worker:
             )  # fmt: skip
         theirs.close()
         self.ch = Channel(ours)
-        header, _ = self.ask({"op": "hello"}, what="start (imports, device check)")
+        self.ch.send_request({"op": "hello"})
+
+    def handshake(self) -> dict[str, Any]:
+        header, _ = self.ask(None, what="start (imports, device check)")
         if header.get("check") != 12.0:
             self.kill()
             raise CallFailed(f"the worker's device check failed: {header!r:.200}")
@@ -131,16 +142,18 @@ class Worker:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def ask(self, msg: dict[str, Any], tensors: list[torch.Tensor] = (),
+    def ask(self, msg: dict[str, Any] | None, tensors: list[torch.Tensor] = (),
             max_bytes: int = 0, what: str = "call",
             timeout: float | None = None) -> tuple[dict[str, Any], list[torch.Tensor]]:  # fmt: skip
         """Send a request, wait for its answer under the watchdog; CallFailed on anything else
         than an answer (the worker is then dead: killed with its group)."""
-        assert self.ch is not None
+        if self.ch is None:
+            raise CallFailed("the worker is gone (killed after an earlier failure)")
         limit = self.call_timeout if timeout is None else timeout
         deadline = time.monotonic() + limit
         try:
-            self.ch.send_request(msg, list(tensors))
+            if msg is not None:  # None: the answer to a request already sent (hello)
+                self.ch.send_request(msg, list(tensors))
             header, outs = self.ch.recv_reply(deadline, max_bytes)
         except Timeout:
             self.kill()
@@ -232,6 +245,10 @@ class Sandbox:
         self.hardening = {} if in_process else harden_parent()
         self.strays: list[int] = []
         self.probe_deaths = 0  # consecutive probe calls that ended their worker
+        self.spare: Worker | None = None
+        if not in_process:  # spawned now: its imports overlap the judge's own start-up
+            self.spare = Worker(self.call_timeout, self.scratch, 0)
+            self.spare.spawn()
 
     # ------------------------------------------------------------------ providers
 
@@ -273,8 +290,8 @@ class Sandbox:
 
     def _declare(self, how: dict[str, Any]) -> dict[str, Any]:
         w = self._worker()
-        header, _ = w.ask({"op": "load", "items": [how], "cwd": str(Path.cwd())},
-                          what="import of the provider")  # fmt: skip
+        header, _ = w.ask({"op": "load", "items": [how], "cwd": str(Path.cwd()),
+                           "path": list(sys.path)}, what="import of the provider")  # fmt: skip
         if header.get("status") != "ok":
             raise ValueError(f"provider {how.get('spec') or how.get('name')}: "
                              f"{header.get('reason')}")  # fmt: skip
@@ -314,9 +331,14 @@ class Sandbox:
         if self.worker is not None:
             self.strays += self.worker.kill()
         self.started += 1
-        w = Worker(self.call_timeout, self.scratch, self.started)
+        # The first worker is the one spawned with the session; after a failure a fresh one, so
+        # that its device check runs after the failure.
+        w, self.spare = (self.spare, None) if self.started == 1 and self.spare else (
+            Worker(self.call_timeout, self.scratch, self.started), None)  # fmt: skip
         try:
-            w.start()
+            if w.ch is None:
+                w.spawn()
+            w.handshake()
         except CallFailed as exc:
             if self.started > 1:  # a fresh worker after a failure cannot use the device
                 self.unusable = f"after the previous failure a fresh worker failed to start: {exc}"
@@ -325,7 +347,8 @@ class Sandbox:
         self.worker = w
         if self.loads:  # a fresh worker: the same providers again
             header, _ = w.ask({"op": "load", "items": list(self.loads.values()),
-                               "cwd": str(Path.cwd())}, what="import of the providers")  # fmt: skip
+                               "cwd": str(Path.cwd()), "path": list(sys.path)},
+                              what="import of the providers")  # fmt: skip
             if header.get("status") != "ok":
                 raise CallFailed(f"re-loading providers in a fresh worker: {header.get('reason')}")
         return w
@@ -442,6 +465,9 @@ class Sandbox:
     def end_worker(self) -> list[str]:
         """End the worker and everything it started, before any verdict is written; lines
         naming what had to be killed beyond the worker itself (a kernel's stray processes)."""
+        if self.spare is not None:
+            self.spare.kill()
+            self.spare = None
         if self.worker is not None:
             self.strays += self.worker.kill()
             self.worker = None
@@ -449,6 +475,8 @@ class Sandbox:
                 f"(pids {self.strays[:5]}); killed"] if self.strays else []  # fmt: skip
 
     def close(self) -> None:
+        if self.spare is not None:
+            self.strays += self.spare.kill()
         if self.worker is not None:
             if self.worker.ch is not None and self.worker.alive():
                 with contextlib.suppress(Exception):

@@ -87,6 +87,7 @@ def load(msg: dict, tensors: list, provs: dict) -> tuple[dict, list]:
 
     if msg.get("cwd") and msg["cwd"] not in sys.path:
         sys.path.insert(0, msg["cwd"])  # an outside kernel lives in the user's repository
+    sys.path += [p for p in msg.get("path") or () if p and p not in sys.path]
     decls = []
     for item in msg["items"]:
         if "spec" in item:
