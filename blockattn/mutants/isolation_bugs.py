@@ -45,14 +45,14 @@ ISOLATION: tuple[Mutant, ...] = (
         "    if not changed:\n        return \"\"",
         "    if True:\n        return \"\"",
         "outputs that change after the call returned are accepted (side streams, threads)",
-        tests=(f"{RT}::test_adversary_fails_by_name",),
+        tests=(f"{RT}::test_catalog_each_adversary_fails_by_name",),
     ),
     Mutant(
         "isolation-subclass-accepted", "isolation", "run/calls.py",
         "    if type(o) is not Tensor and type(o) is not torch.nn.Parameter:",
         "    if not isinstance(o, Tensor):",
         "a tensor subclass (a lazy or deferred output) is accepted as an output",
-        tests=(f"{RT}::test_adversary_fails_by_name",),
+        tests=(f"{RT}::test_catalog_each_adversary_fails_by_name",),
     ),
     Mutant(
         "isolation-gate-takes-in-process", "isolation", "commands/gate.py",

@@ -33,58 +33,43 @@ def _records(out: Path) -> list[dict]:
     return [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines() if x]
 
 
-@pytest.fixture(scope="module")
-def catalog_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, Path]:
-    """One `blockattn run` over two small corpus cases with every CPU adversary as a provider:
-    each one that kills its worker is followed by a fresh worker for the next call."""
-    tmp = tmp_path_factory.mktemp("redteam")
-    out, note = tmp / "run", tmp / "note.txt"
+def test_catalog_each_adversary_fails_by_name(tmp_path: Path) -> None:
+    """One `blockattn run` over a small corpus case with the honest control and every CPU
+    adversary as providers (each that kills its worker is followed by a fresh worker). Those
+    that answer are judged here, as the gate would judge each as the kernel under test, from
+    the judge's metrics in the records (no kernel is called again)."""
+    from blockattn.judge import tolerances, verdict
+
+    out, note = tmp_path / "run", tmp_path / "note.txt"
     provs = [f"--provider={n}=adversaries:{n}" for n in ("honest", *adversaries.CPU_CATALOG)]
     r = _blockattn(["run", *provs, "--out", str(out), "--max-cases", "1", "--fuzz", "0",
                     "--no-contract", "--no-selfcheck", "--no-progress", "--call-timeout",
-                    TIMEOUT], tmp, note)  # fmt: skip
-    log = r.stdout + r.stderr + f"\nrc={r.returncode}"
-    # Those that answered are judged numerically: the gate over this run's records, each as
-    # the kernel under test (no kernel is called again; the judge's metrics are in the records)
-    gates = {}
-    for name in adversaries.CPU_CATALOG:
-        if all(x["providers"][name]["status"] == "ok" for x in _records(out)):
-            g = _blockattn(["gate", "--report", str(out), "--under-test", name, "--no-contract"],
-                           tmp)  # fmt: skip
-            gates[name] = (g.returncode, g.stdout + g.stderr)
-    return out, log, note, gates
-
-
-def test_honest_control_passes(catalog_run) -> None:
-    out, log, _, _ = catalog_run
-    recs = _records(out)
-    assert len(recs) == 1, log
-    for r in recs:
-        p = r["providers"]["honest"]
-        assert p["status"] == "ok" and p["isolation"] == "worker", (p, log)
-
-
-@pytest.mark.parametrize("name", list(adversaries.CPU_CATALOG))
-def test_adversary_fails_by_name(catalog_run, name: str) -> None:
-    out, log, _, gates = catalog_run
-    assert "rc=1" in log, log[-2000:]
-    _, words = adversaries.CPU_CATALOG[name]
-    if name in gates:  # it answered: the gate judges its numbers
-        rc, text = gates[name]
-        assert rc == 1, text[-2000:]
-        assert any(w in text.lower() for w in words), (name, text[-2000:])
-        return
-    for r in _records(out):
-        p = r["providers"][name]
-        assert p.get("isolation") == "worker", p
-        assert p["status"] == "error", p
-        assert any(w in str(p["reason"]).lower() for w in words), (name, p["reason"][:500])
-
-
-def test_oracle_is_not_in_the_workers_heap(catalog_run) -> None:
-    _, log, note, _ = catalog_run
+                    TIMEOUT], tmp_path, note)  # fmt: skip
+    log = r.stdout[-2000:] + r.stderr[-2000:]
+    assert r.returncode == 1, log
+    (rec,) = _records(out)
+    tol = tolerances.load(tolerances.latest_released(tolerances.default_tolerance_dir(),
+                                                     device=rec["device"]))  # fmt: skip
+    honest = rec["providers"]["honest"]
+    assert honest["status"] == "ok" and honest["isolation"] == "worker", (honest, log)
+    # the run failed for the adversaries; nothing of it is about the honest control's numbers
+    own = [f for f in verdict.evaluate(rec, tol, "honest").failures if f.startswith("honest")]
+    assert not own, own
+    missed = {}
+    for name, (_, words) in adversaries.CPU_CATALOG.items():
+        p = rec["providers"][name]
+        assert p.get("isolation") == "worker", (name, p)
+        if p["status"] == "ok":  # it answered: its numbers are judged
+            v = verdict.evaluate(rec, tol, name)
+            text = " ".join(f for f in v.failures if f.startswith(name))
+        else:
+            text = str(p.get("reason"))
+        if not any(w in text.lower() for w in words):
+            missed[name] = text[:300]
+    assert not missed, missed
+    # the heap search found no oracle result in the worker
     lines = [x for x in note.read_text().splitlines() if x.startswith("oracle_search")]
-    assert lines and all(x.endswith(" 0") for x in lines), (lines, log[-1500:])
+    assert lines and all(x.endswith(" 0") for x in lines), lines
 
 
 def test_hang_fails_its_case_and_the_run_goes_on(tmp_path: Path) -> None:
