@@ -23,19 +23,24 @@ for s in $STEPS; do
       step bench
       ( cd tests/redteam && time "$PY" -m blockattn bench --out "$OUT/bench" --no-sweeps \
           --no-extras --no-projection --providers blockattn \
-          --provider honest=adversaries:honest --provider streamy=adversaries:side_stream \
+          --provider honest=adversaries:honest --provider honest_msl=adversaries:honest_msl \
+          --provider streamy=adversaries:side_stream \
           --time-budget-s 400 ) >"$OUT/bench.log" 2>&1 ;;
     gate)
       step gate
-      { echo "## isolated gate, corpus only"; ( time "$PY" -m blockattn gate --fuzz 0 --no-progress \
-          --out /tmp/gate_iso ) 2>&1 | tail -4
-        echo "## the same corpus in-process (run --in-process --corpus-only, with the battery)"
-        ( time "$PY" -m blockattn run --in-process --corpus-only --no-progress \
-          --out /tmp/run_inproc ) 2>&1 | tail -4
-        echo "## isolated run, same options"
-        ( time "$PY" -m blockattn run --corpus-only --no-progress --out /tmp/run_iso ) 2>&1 | tail -4
+      { "$PY" -m blockattn run --corpus-only --no-progress --no-contract --out /tmp/warm >/dev/null 2>&1
+        for i in 1 2; do
+          echo "## round $i: in-process (run --in-process --corpus-only, battery included)"
+          ( time "$PY" -m blockattn run --in-process --corpus-only --no-progress \
+            --out /tmp/run_inproc$i ) 2>&1 | tail -3
+          echo "## round $i: isolated, same options"
+          ( time "$PY" -m blockattn run --corpus-only --no-progress --out /tmp/run_iso$i ) 2>&1 | tail -3
+        done
+        echo "## isolated gate, corpus only"
+        ( time "$PY" -m blockattn gate --fuzz 0 --no-progress --out /tmp/gate_iso ) 2>&1 | tail -3
         echo "## the default gate: corpus + run-time fuzz"
-        ( time "$PY" -m blockattn gate --no-progress --out /tmp/gate_fuzz ) 2>&1 | tail -6
+        ( time "$PY" -m blockattn gate --no-progress --out /tmp/gate_fuzz ) 2>&1 | tail -3
+        grep -m1 "blockattn gate:" /tmp/gate_fuzz/gate.md; grep -m1 "Cases:" /tmp/gate_fuzz/gate.md
       } >"$OUT/gate.log" 2>&1 ;;
     hopper)
       step hopper
