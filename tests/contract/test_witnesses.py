@@ -56,7 +56,8 @@ def _containment(name: str, tol, rotary: bool = False) -> Battery:
 
 def test_faithful_passes_every_part_the_witnesses_fail(tol) -> None:
     b = _containment("faithful", tol, rotary=True)
-    t, ts = _t(), C.base(torch.bfloat16, 64, DEV, seed=6, lengths=C.SHORT_LENGTHS, rotary=True)
+    ts = C.base(torch.bfloat16, 64, DEV, seed=6, lengths=C.SHORT_LENGTHS, rotary=True)
+    t = {**ts, "sinu_pos": None}
     for layout in C.LAYOUT_KINDS:
         b.numeric(C.layout_probe(t if layout != "sinu-strided" else ts, layout))
     for rotary in (False, True):
@@ -117,9 +118,10 @@ def test_a_leak_only_from_sinu_pos_fails_the_rotary_containment_probe(tol) -> No
 
 
 def _layouts(name: str, tol) -> dict[str, str]:
+    """Every layout probe, on the battery's short batch (two heads, two sequences)."""
     b = _b(name, tol)
-    t = _t()
     ts = C.base(torch.bfloat16, 64, DEV, seed=6, lengths=C.SHORT_LENGTHS, rotary=True)
+    t = {**ts, "sinu_pos": None}
     for layout in C.LAYOUT_KINDS:
         b.numeric(C.layout_probe(t if layout != "sinu-strided" else ts, layout))
     return _fails(b, "layout")

@@ -63,10 +63,11 @@ def test_prefer_hopper_at_block_size_128_runs_inside_the_bound_on_the_interprete
     monkeypatch,
 ) -> None:
     monkeypatch.setenv("BLOCKATTN_KERNEL_PATH", "prefer-hopper")
-    _judged("prefer-hopper", 128, torch.bfloat16, 64, rotary=False)
+    _judged("prefer-hopper", 128, torch.bfloat16, 64, rotary=False, lengths=(133, 0, 3))
 
 
-def _judged(path: str, bs: int, dtype: torch.dtype, D: int, rotary: bool) -> None:
+def _judged(path: str, bs: int, dtype: torch.dtype, D: int, rotary: bool,
+            lengths: tuple[int, ...] | None = None) -> None:  # fmt: skip
     """Forward + backward of blockattn (BLOCKATTN_KERNEL_PATH already `path`) on a 2-head case
     with a partial block: inside the bound of blockattn's model, or (forced paths only) a
     refusal naming why."""
@@ -78,7 +79,8 @@ def _judged(path: str, bs: int, dtype: torch.dtype, D: int, rotary: bool) -> Non
     tol = tolerances.load(tolerances.latest_released(tolerances.default_tolerance_dir(),
                                                      device=DEVICE))  # fmt: skip
     b = Battery(providers.get("blockattn"), tol, DEVICE)
-    t = C.base(dtype, D, DEVICE, seed=bs, lengths=(2 * bs + 5, 0, bs - 1 or 1), rotary=rotary)
+    lengths = lengths or (2 * bs + 5, 0, bs - 1 or 1)  # full blocks and partial ones
+    t = C.base(dtype, D, DEVICE, seed=bs, lengths=lengths, rotary=rotary)
     p = C.layout_probe(t, "padded")
     p.block_size = bs
     b.numeric(p)
