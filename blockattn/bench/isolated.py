@@ -120,6 +120,7 @@ class IsolatedBench:
             err = float(torch.linalg.vector_norm(x.to(dev, torch.float64) - r)) / max(
                 float(torch.linalg.vector_norm(r)), 1e-300)  # fmt: skip
             res[f"relerr_{name}"] = err
+            res[f"bound_{name}"] = check_bound(name, c.dtype)
             if name in GATED and not (math.isfinite(err) and err <= check_bound(name, c.dtype)):
                 ok = False
         res["check"] = "pass" if ok else "fail"

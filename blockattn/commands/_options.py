@@ -135,7 +135,7 @@ def seconds(text: str) -> float:
 
 def add_isolation_options(p: argparse.ArgumentParser) -> None:
     """The kernel under test runs in a worker process (blockattn.run.isolated)."""
-    from blockattn.run.isolated import DEFAULT_CALL_TIMEOUT
+    from blockattn.names import CALL_TIMEOUT_S as DEFAULT_CALL_TIMEOUT
 
     g = p.add_argument_group("isolation (the kernel under test runs in a worker process)")
     g.add_argument("--call-timeout", type=seconds, default=None, metavar="SECONDS",

@@ -42,10 +42,11 @@ from typing import Any
 import torch
 
 from blockattn import providers
+from blockattn.names import CALL_TIMEOUT_S
 from blockattn.providers import OUTPUT_KEYS, Provider, Supports, Timing
 from blockattn.run.wire import Channel, Closed, Timeout
 
-DEFAULT_CALL_TIMEOUT = 900.0  # s: first-call JIT builds, the interpreter on 2 loaded cores
+DEFAULT_CALL_TIMEOUT = CALL_TIMEOUT_S
 TOKEN_ENV = "BLOCKATTN_WORKER_TOKEN"
 NOT_ISOLATED = "NOT ISOLATED"
 _ACTIVE: list[Sandbox] = []

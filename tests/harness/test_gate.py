@@ -20,6 +20,7 @@ from blockattn import cli, providers
 from blockattn.cases.corpus import load_corpus
 from blockattn.judge import tolerances
 from blockattn.pipeline import run_cases
+from blockattn.run import isolated
 
 # Judge with the newest tolerance file calibrated on this test's device (cpu | cuda).
 _TOL_DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -51,14 +52,15 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert len(specs) == len(CASES)
     out = tmp_path_factory.mktemp("gate-run")
     try:
-        run_cases(
-            specs,
-            out,
-            provider_names=["blockattn", "eager", *PLANTED],
-            under_test="blockattn",
-            baseline="eager",
-            progress=False,
-        )
+        with isolated.session():  # the kernel under test runs in a worker, as in the CLI
+            run_cases(
+                specs,
+                out,
+                provider_names=["blockattn", "eager", *PLANTED],
+                under_test="blockattn",
+                baseline="eager",
+                progress=False,
+            )
     finally:
         for name in PLANTED:
             providers.unregister(name)

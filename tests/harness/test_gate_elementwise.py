@@ -22,6 +22,7 @@ from blockattn.cases.corpus import load_corpus
 from blockattn.judge import tolerances, verdict
 from blockattn.judge.selftest import run_selftest
 from blockattn.pipeline import run_cases
+from blockattn.run import isolated
 from blockattn.run.results import load_records
 
 pytest.importorskip("oracles")
@@ -71,9 +72,10 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     assert len(specs) == len(CASES)
     out = tmp / "run"
     try:
-        run_cases(specs, out, provider_names=["blockattn", "eager", *PLANTED],
-                  under_test="blockattn", baseline="eager", tol=tolerances.load(tol_path),
-                  progress=False)
+        with isolated.session():  # the kernel under test runs in a worker, as in the CLI
+            run_cases(specs, out, provider_names=["blockattn", "eager", *PLANTED],
+                      under_test="blockattn", baseline="eager", tol=tolerances.load(tol_path),
+                      progress=False)
     finally:
         for name in PLANTED:
             providers.unregister(name)

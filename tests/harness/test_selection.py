@@ -96,7 +96,7 @@ def test_bad_numbers_exit_2_naming_the_option(argv: list[str], msg: str, capsys)
         (["run", "--corpus-only", "--fuzz", "5"], "--corpus-only with --fuzz 5"),
         (["run", "--resume"], "--resume needs --out"),
         (["run", "--case", "no-such-case"], "--case no-such-case"),
-        (["gate", "--tolerances", TOL, "--fuzz-only"], "--fuzz-only needs --fuzz"),
+        (["gate", "--tolerances", TOL, "--fuzz-only", "--fuzz", "0"], "--fuzz-only needs --fuzz"),
     ],
 )
 def test_conflicting_options_exit_2(argv: list[str], msg: str, capsys) -> None:

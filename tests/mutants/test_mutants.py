@@ -25,7 +25,7 @@ def test_catalog_is_large_unique_and_covers_both_groups() -> None:
     assert len(names) == len(set(names))
     assert len(catalog.CORE) >= MIN_MUTANTS
     assert {m.group for m in catalog.MUTANTS} == {"core", "rotary", "precision", "suite",
-                                                  "contract"}
+                                                  "contract", "isolation"}
     assert any(m.ci for m in catalog.CORE) and any(m.ci for m in catalog.ROTARY)
     for m in catalog.MUTANTS:
         assert m.anchor != m.replacement, m.name

@@ -167,11 +167,12 @@ def test_buggy_kernel_fails_with_a_replay_that_reproduces(repo: Path) -> None:
     assert f"blockattn: {case} (" in r.stdout, _out(r)
     assert re.search(r"buggy O: \d+ elements .* beyond the fp32-split-operands bound",
                      r.stdout), _out(r)  # fmt: skip
-    # the case fails, and so do the battery's numbers (layout, block sizes, degenerate batches);
+    # the case fails, and so do the battery's numbers (layout, block sizes, scale edges,
+    # degenerate batches);
     # the judge self-test and the battery's other properties pass (streams: on a GPU only;
     # option: `buggy` declares none, so it is skipped as unsupported)
     n_pass = 6 if __import__("torch").cuda.is_available() else 5
-    assert f"4 failed, {n_pass} passed" in r.stdout, _out(r)
+    assert f"5 failed, {n_pass} passed" in r.stdout, _out(r)
     assert "blockattn: contract violated: layout (" in r.stdout, _out(r)
     m = re.search(r"^reproduce: (blockattn replay .+)$", r.stdout, re.M)
     assert m, _out(r)

@@ -64,7 +64,10 @@ def test_side_stream_timing_is_refused_by_name(tmp_path: Path) -> None:
     rows = [m for m in data["measurements"] if m["provider"] == "streamy" and m["pass"] == "fwd"]
     assert rows, r.stderr[-3000:]
     for m in rows:
-        assert m["status"] in ("check_fail", "refused_impossible"), m
-        assert "in flight" in m["note"] or "impossible" in m["note"], m["note"]
+        # refused by name, or timed correctly: the batch's device-wide synchronise waited for
+        # the side stream, so the time includes its 20M-cycle sleep (about 12 ms on an H200)
+        refused = m["status"] in ("check_fail", "refused_impossible") and (
+            "in flight" in m["note"] or "impossible" in m["note"])
+        assert refused or m["ms"] >= 5.0, m
     ours = [m for m in data["measurements"] if m["provider"] == "blockattn"]
     assert ours and all(m["status"] == "ok" for m in ours), ours
