@@ -159,3 +159,26 @@ def test_in_process_is_refused_by_the_gate(tmp_path: Path) -> None:
     r = _blockattn(["gate", "--in-process", "--out", str(tmp_path / "g"), "--max-cases", "1"],
                    tmp_path)  # fmt: skip
     assert r.returncode == 2 and "--in-process" in r.stderr
+
+
+def test_a_killed_judge_leaves_no_worker(tmp_path: Path) -> None:
+    """CI's job timeout SIGKILLs the judge while its worker is stuck in a kernel: the worker
+    dies with it (PR_SET_PDEATHSIG), not left running in its own session."""
+    code = (f"import sys, time; sys.path.insert(0, {str(HERE)!r})\n"
+            "from blockattn.run import isolated\n"
+            "sb = isolated.Sandbox(600)\n"
+            "sb.load_specs(['h=adversaries:hang'])\n"
+            "print(sb.worker.proc.pid, flush=True)\n"
+            "time.sleep(600)\n")  # fmt: skip
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    judge = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                             env=env)  # fmt: skip
+    worker = int(judge.stdout.readline())
+    assert Path(f"/proc/{worker}").exists()
+    judge.kill()
+    judge.wait()
+    for _ in range(50):
+        if not Path(f"/proc/{worker}").exists():
+            break
+        __import__("time").sleep(0.1)
+    assert not Path(f"/proc/{worker}").exists(), "the worker outlived its judge"
