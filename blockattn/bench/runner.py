@@ -79,7 +79,7 @@ class BenchConfig:
     # Recorded in meta and every row; the report refuses to compare rows of different kinds.
     gpu_kind: str | None = None
     projection: bool = True  # the projection packed-vs-unfused entries (not filtered by providers)
-    outside: tuple[str, ...] = ()  # bench entries of --provider kernels, timed at the main shapes
+    outside: tuple[str, ...] = ()  # bench entries of --provider kernels (main shapes, sweeps)
     extra_meta: dict[str, Any] = field(default_factory=dict)
 
 
@@ -122,8 +122,8 @@ def plan(cfg: BenchConfig) -> list[CaseSpec]:
             specs.append(CaseSpec("P_D128", "extra", 1152, 4096, 0.7, 4, 128, tuple(EXTRAS)))
     if not cfg.projection:
         specs = [s for s in specs if s.group != "projection"]
-    for s in specs:  # outside kernels: timed at the main shapes (smoke: its "main" too)
-        if s.group == "main":
+    for s in specs:  # outside kernels: at the main shapes and along the sweeps (every plot)
+        if s.group in ("main", "sweep_len", "sweep_sparsity"):
             s.providers = (*s.providers, *(o for o in cfg.outside if o not in s.providers))
     if cfg.providers is not None:
         for s in specs:

@@ -61,7 +61,7 @@ def _add_isolation(parser: argparse.ArgumentParser) -> None:
 def _add_provider_option(parser: argparse.ArgumentParser) -> None:
     from blockattn.commands._options import add_provider_option
 
-    add_provider_option(parser)  # timed at the main shapes beside blockattn and FA v2
+    add_provider_option(parser)  # timed at the main shapes and sweeps beside blockattn, FA v2
 
 
 def _needs_interpreter() -> bool:
