@@ -242,7 +242,8 @@ class BlockattnSession:
         from blockattn.run import isolated
 
         self.sandbox = isolated.open_session(config.getoption("blockattn_call_timeout"),
-                                             config.getoption("blockattn_in_process"))
+                                             config.getoption("blockattn_in_process"),
+                                             prestart=True)
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         from blockattn.run import isolated

@@ -155,7 +155,9 @@ def isolation(args: argparse.Namespace) -> Any:
     if in_process:
         print(f"blockattn: {isolated.NOT_ISOLATED}: --in-process calls the kernel in the judge's "
               "own process (debugging); the gate refuses such runs", file=sys.stderr)  # fmt: skip
-    return isolated.session(getattr(args, "call_timeout", None), in_process)
+    # a run that will call a kernel spawns its worker now (gate --report may call none)
+    prestart = getattr(args, "report", None) is None
+    return isolated.session(getattr(args, "call_timeout", None), in_process, prestart)
 
 
 def load_provider_specs(specs: list[str] | None) -> list[str]:

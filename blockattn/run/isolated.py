@@ -234,7 +234,8 @@ def _supports_from(d: dict[str, Any]) -> Supports:
 class Sandbox:
     """A run's isolation: the worker, the providers it hosts, and the judge's proxies of them."""
 
-    def __init__(self, call_timeout: float | None = None, in_process: bool = False) -> None:
+    def __init__(self, call_timeout: float | None = None, in_process: bool = False,
+                 prestart: bool = False) -> None:  # fmt: skip
         self.call_timeout = call_timeout or DEFAULT_CALL_TIMEOUT
         self.in_process = in_process
         self.scratch = Path(tempfile.mkdtemp(prefix="blockattn-worker-"))
@@ -247,7 +248,7 @@ class Sandbox:
         self.strays: list[int] = []
         self.probe_deaths = 0  # consecutive probe calls that ended their worker
         self.spare: Worker | None = None
-        if not in_process:  # spawned now: its imports overlap the judge's own start-up
+        if prestart and not in_process:  # spawned now: its imports overlap the judge's start-up
             self.spare = Worker(self.call_timeout, self.scratch, 0)
             self.spare.spawn()
 
@@ -544,9 +545,10 @@ def active() -> Sandbox | None:
     return _ACTIVE[-1] if _ACTIVE else None
 
 
-def open_session(call_timeout: float | None = None, in_process: bool = False) -> Sandbox:
+def open_session(call_timeout: float | None = None, in_process: bool = False,
+                 prestart: bool = False) -> Sandbox:  # fmt: skip
     """A session that stays active until `close_session` (the pytest plugin's lifetime)."""
-    sb = Sandbox(call_timeout, in_process)
+    sb = Sandbox(call_timeout, in_process, prestart)
     _ACTIVE.append(sb)
     return sb
 
@@ -558,9 +560,11 @@ def close_session(sb: Sandbox) -> None:
 
 
 @contextlib.contextmanager
-def session(call_timeout: float | None = None, in_process: bool = False) -> Iterator[Sandbox]:
-    """The isolation of one run: `with session(...) as sb: names = sb.load_specs(...)`."""
-    sb = Sandbox(call_timeout, in_process)
+def session(call_timeout: float | None = None, in_process: bool = False,
+            prestart: bool = False) -> Iterator[Sandbox]:  # fmt: skip
+    """The isolation of one run: `with session(...) as sb: names = sb.load_specs(...)`;
+    `prestart` spawns the worker at once (a run that will call a kernel)."""
+    sb = Sandbox(call_timeout, in_process, prestart)
     _ACTIVE.append(sb)
     try:
         yield sb
