@@ -151,7 +151,7 @@ def _judged(tol, fa2_violations: int):
         rule, _ = tol.rule_for(prov, None if prov == UT else "fa2-rounded-p-ds", None)
         v.checks.append({"provider": prov, "tensor": "dV", "violations": n,
                          "bound": rule["max_violations"], "model": "m"})  # fmt: skip
-    return [{"case_id": "case-1", "under_test": UT}], [v]
+    return [{"case_id": "case-1", "under_test": UT, "baseline": "fa2"}], [v]
 
 
 def test_a_baseline_beyond_its_own_bound_fails_the_run_naming_the_baseline(tol) -> None:
@@ -163,6 +163,9 @@ def test_a_baseline_beyond_its_own_bound_fails_the_run_naming_the_baseline(tol) 
     assert d.failed and len(d.reasons) == 1, d.reasons
     assert d.reasons[0].startswith("baseline fa2 beyond its own m bound on case-1: dV")
     assert f"not the kernel under test ({UT})" in d.reasons[0]
+    # another kernel run beside them is not the reference: judged by its own lines, not this rule
+    records[0]["baseline"] = "eager"
+    assert not gate_rules.decide(records, verdicts, None, tol, UT).failed
     # the same violations on the kernel under test are the verdict's, not this rule's
     records, verdicts = _judged(tol, 0)
     verdicts[0].checks[0]["violations"] = 5

@@ -598,7 +598,7 @@ def test_provenance_block(tmp_path: Path) -> None:
     gate_md = tmp_path / "gate.md"
     gate_md.write_text(f"## blockattn gate: \u274c FAIL\n\nTolerances `{tol}` (v4, released)\n")
     gate = report.read_gate_md(gate_md)
-    assert gate == {"decision": "FAIL", "tolerances": str(tol)}
+    assert gate == {"decision": "FAIL", "tolerances": str(tol), "unreleased": False}
     prov = dict(report.provenance([rec], None, gate))
     assert prov["tolerance file"] == str(tol) and prov["commit"] == "not recorded"
 

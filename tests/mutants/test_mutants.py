@@ -180,7 +180,7 @@ def _assert_all_killed(payload: dict) -> None:
 def test_sm90_only_mutants_are_not_run_elsewhere_and_never_count_as_killed(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     gluon = [m for m in catalog.MUTANTS if m.needs_sm90]
-    assert gluon and all(m.file in ("kernels/attention_gluon.py",
+    assert gluon and all(m.file in ("kernels/attention_gluon.py", "kernels/attention_hopper.py",
                                     "kernels/attention_gluon_rotary.py",
                                     "kernels/attention_gluon_rotary_fwd.py") for m in gluon)
     ptx = [m for m in catalog.MUTANTS if m.needs_gpu]
