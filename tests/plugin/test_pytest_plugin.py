@@ -143,6 +143,7 @@ def test_clean_kernel_passes_with_readable_ids(repo: Path) -> None:
     assert re.search(rf"\b{n_pass} passed, {1 + len(skipped)} skipped\b", r.stdout), _out(r)
 
 
+@pytest.mark.slow  # a whole plugin session with the battery: the slow tier (CI time)
 def test_fuzz_ids_and_filters(repo: Path) -> None:
     r = _pytest(repo, "--co", "-q", "--blockattn-provider", "scratchmod:clean",
                 "--blockattn-fuzz-only", "--blockattn-fuzz", "3", "--blockattn-seed", "5",
@@ -158,6 +159,7 @@ def test_fuzz_ids_and_filters(repo: Path) -> None:
     assert "--blockattn-case no-such-case: no such case" in r.stderr, _out(r)
 
 
+@pytest.mark.slow  # a whole plugin session with the battery: the slow tier (CI time)
 def test_buggy_kernel_fails_with_a_replay_that_reproduces(repo: Path) -> None:
     case = "edge-lengths-plain-bf16"
     r = _pytest(repo, "-q", "--blockattn-provider", "scratchmod:buggy",
@@ -199,6 +201,7 @@ def test_triton_imported_before_the_plugin_is_a_clear_usage_error(repo: Path, de
     assert "imported before the blockattn plugin could set TRITON_INTERPRET=1" in r.stderr, _out(r)
 
 
+@pytest.mark.slow  # a whole plugin session with the battery: the slow tier (CI time)
 def test_a_refusal_its_supports_did_not_declare_fails_not_skips(repo: Path) -> None:
     # issue 21, item 17: the plugin must not turn an undeclared run-time refusal into a skip
     # the plugin's own case item and the user's fixture-based test, no battery
