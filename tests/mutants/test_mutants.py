@@ -198,9 +198,16 @@ def test_sm90_only_mutants_are_not_run_elsewhere_and_never_count_as_killed(
     assert rc == 1 and "no mutant ran here" in capsys.readouterr().err
 
 
-def test_ci_subset_is_killed(tmp_path: Path) -> None:
-    payload = _run(["--ci", "--fuzz", "0"], tmp_path)
-    assert len(payload["mutants"]) == sum(m.ci for m in catalog.MUTANTS)
+CI_SUBSET = [m.name for m in catalog.MUTANTS if m.ci]
+
+
+@pytest.mark.parametrize("half", [0, 1])
+def test_ci_subset_is_killed(tmp_path: Path, half: int) -> None:
+    """The CI subset in two halves, so the two xdist workers share it (each with the control)."""
+    names = CI_SUBSET[half::2]
+    args = [a for n in names for a in ("--mutant", n)]
+    payload = _run([*args, "--fuzz", "0"], tmp_path)
+    assert len(payload["mutants"]) == len(names)
     _assert_all_killed(payload)
 
 
