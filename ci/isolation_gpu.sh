@@ -3,12 +3,13 @@
 # Steps (default: all): redteam (tests/redteam on the GPU: CUDA fault, side stream, the CPU
 # catalog), bench (blockattn, an honest outside wrapper and the side-stream kernel timed in the
 # worker at shape P), gate (the default corpus gate isolated, and the same cases in-process by
-# `run --in-process`, timed), hopper (BLOCKATTN_KERNEL_PATH=prefer-hopper gate with v5).
+# `run --in-process`, timed), hopper (BLOCKATTN_KERNEL_PATH=prefer-hopper gate with v5), tiles
+# (the Triton tile table against the torch one). BENCH_BUDGET_S (default 400): the bench's budget.
 # Logs: OUT/<step>.log; the bench's bench.json under OUT/bench/.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:?usage: ci/isolation_gpu.sh OUT [STEP...]}; shift
-STEPS=${*:-redteam bench gate hopper}
+STEPS=${*:-tiles redteam bench gate hopper}
 mkdir -p "$OUT"
 PY=${PYTHON:-python3}
 "$PY" -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/install.log" 2>&1 || true
@@ -16,6 +17,9 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >"$OUT/gpu.txt"
 step() { echo "== $1 $(date -u +%T)"; }
 for s in $STEPS; do
   case $s in
+    tiles)
+      step tiles
+      "$PY" -m pytest -q -p no:cacheprovider tests/kernels/test_tile_table.py >"$OUT/tiles.log" 2>&1 ;;
     redteam)
       step redteam
       ( time "$PY" -m pytest -q -n 6 -p no:cacheprovider -rfEs tests/redteam ) >"$OUT/redteam.log" 2>&1 ;;
@@ -25,11 +29,11 @@ for s in $STEPS; do
           --no-extras --no-projection --providers blockattn \
           --provider honest=adversaries:honest --provider honest_msl=adversaries:honest_msl \
           --provider streamy=adversaries:side_stream \
-          --time-budget-s 400 ) >"$OUT/bench.log" 2>&1 ;;
+          --time-budget-s "${BENCH_BUDGET_S:-400}" ) >"$OUT/bench.log" 2>&1 ;;
     gate)
       step gate
       { "$PY" -m blockattn run --corpus-only --no-progress --no-contract --out /tmp/warm >/dev/null 2>&1
-        for i in 1 2; do
+        for i in $(seq 1 "${GATE_ROUNDS:-2}"); do
           echo "## round $i: in-process (run --in-process --corpus-only, battery included)"
           ( time "$PY" -m blockattn run --in-process --corpus-only --no-progress \
             --out /tmp/run_inproc$i ) 2>&1 | tail -3
