@@ -51,6 +51,10 @@ def test_json_structure(smoke: tuple[Path, str]) -> None:
         assert key in data["meta"]
     assert data["status"] == "complete"
     assert data["ceiling"]["tbps"] > 0 and data["ceiling"]["bytes_moved"] > 0
+    rm = data["read_mostly_ceiling"]  # measured in the same run (issue 44 item 3)
+    assert rm["tbps"] > 0 and (rm["reads"], rm["writes"]) == (3, 1)
+    assert "torch.addcmul" in rm["method"]
+    assert {"ok", "passes_above_read_mostly"} <= set(data["ceiling_checks"])
     ms = data["measurements"]
     by = {(r["case"], r["provider"], r["pass"]): r for r in ms}
     for pas in PASSES:

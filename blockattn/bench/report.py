@@ -2,7 +2,10 @@
 the Markdown summary.
 
 Derived columns (recomputed on every write from the raw rows):
-- tbps = bytes / time; pct_ceiling = tbps / copy-ceiling tbps.
+- tbps = bytes / time; pct_ceiling = tbps / copy-ceiling tbps (the targets' measuring stick);
+  pct_read_mostly = tbps / read-mostly-ceiling tbps (3 buffers read : 1 written, the forward's
+  mix, measured in the same run; `ceiling_checks` says whether it bounds the copy ceiling and
+  every pass, as a physical limit must).
 - speedup_vs_fa2 = fa2 ms / ms (same case and pass).
 - speedup_vs_fa2_rotary (rotary providers) = best of fa2_rotary_eager / fa2_rotary_compiled ms / ms.
 
@@ -44,6 +47,7 @@ CSV_COLUMNS = (
     "bytes",
     "tbps",
     "pct_ceiling",
+    "pct_read_mostly",
     "speedup_vs_fa2",
     "speedup_vs_fa2_rotary",
     "peak_mem_mb",
@@ -61,6 +65,7 @@ class State:
     out: Path
     meta: dict[str, Any]
     ceiling: dict[str, Any] | None = None
+    read_mostly: dict[str, Any] | None = None  # the read-mostly ceiling (measure.py)
     cases: list[dict[str, Any]] = field(default_factory=list)
     checks: list[dict[str, Any]] = field(default_factory=list)
     rows: list[dict[str, Any]] = field(default_factory=list)
@@ -76,20 +81,23 @@ class State:
         self.write()
 
     def measurements(self) -> list[dict[str, Any]]:
-        return derive(self.rows, self.ceiling)
+        return derive(self.rows, self.ceiling, self.read_mostly)
 
     def to_json(self) -> dict[str, Any]:
+        measurements = self.measurements()
         return {
             "meta": self.meta,
             "status": self.status,
             "elapsed_s": round(self.elapsed_s, 1),
             "ceiling": self.ceiling,
+            "read_mostly_ceiling": self.read_mostly,
+            "ceiling_checks": ceiling_checks(self.ceiling, self.read_mostly, measurements),
             "check_bounds": "relative Frobenius error on sampled sequences <= C * u, "
             "u = eps(dtype)/2; C = 8 for O, 16 for dQ/dK/dV; gated on O and dQ",
             "targets": TARGETS,
             "cases": self.cases,
             "checks": self.checks,
-            "measurements": self.measurements(),
+            "measurements": measurements,
             "skipped": self.skipped,
             "errors": self.errors,
             "provider_seconds": self.provider_seconds,
@@ -146,8 +154,10 @@ def run_gpu_kind(data: dict[str, Any]) -> str:
     return re.sub(r"[^a-z0-9]+", "-", str(meta.get("gpu", "unknown")).lower()).strip("-")
 
 
-def derive(rows: list[dict[str, Any]], ceiling: dict[str, Any] | None) -> list[dict[str, Any]]:
+def derive(rows: list[dict[str, Any]], ceiling: dict[str, Any] | None,
+           read_mostly: dict[str, Any] | None = None) -> list[dict[str, Any]]:  # fmt: skip
     ceil_tbps = ceiling["tbps"] if ceiling else None
+    rm_tbps = read_mostly["tbps"] if read_mostly else None
     timed = {(r["case"], r["provider"], r["pass"]): r for r in rows if _timed(r)}
 
     def ratio_to(r: dict[str, Any], other: dict[str, Any] | None) -> float | None:
@@ -160,12 +170,16 @@ def derive(rows: list[dict[str, Any]], ceiling: dict[str, Any] | None) -> list[d
     for r in rows:
         r = dict(r)
         if _timed(r):
-            r["tbps"] = r["pct_ceiling"] = None  # projection rows have no byte floor
+            r["tbps"] = r["pct_ceiling"] = r["pct_read_mostly"] = None  # projection: no floor
             if r.get("bytes"):
                 r["tbps"] = r["bytes"] / (r["ms"] * 1e-3) / 1e12
                 if ceil_tbps:
                     check_same_gpu_kind(ceiling.get("gpu_kind"), r.get("gpu_kind"), "ceiling/row")
                     r["pct_ceiling"] = 100.0 * r["tbps"] / ceil_tbps
+                if rm_tbps:
+                    check_same_gpu_kind(read_mostly.get("gpu_kind"), r.get("gpu_kind"),
+                                        "read-mostly ceiling/row")  # fmt: skip
+                    r["pct_read_mostly"] = 100.0 * r["tbps"] / rm_tbps
             r["speedup_vs_fa2"] = ratio_to(r, timed.get((r["case"], "fa2", r["pass"])))
             if r.get("rotary"):
                 alts = [timed.get((r["case"], p, r["pass"])) for p in FA2_ROTARY]
@@ -173,6 +187,29 @@ def derive(rows: list[dict[str, Any]], ceiling: dict[str, Any] | None) -> list[d
                 r["speedup_vs_fa2_rotary"] = ratio_to(r, best)
         out.append(r)
     return out
+
+
+def ceiling_checks(copy: dict[str, Any] | None, read_mostly: dict[str, Any] | None,
+                   ms: list[dict[str, Any]]) -> dict[str, Any] | None:  # fmt: skip
+    """A physical ceiling bounds what it claims to: the read-mostly ceiling must be >= the copy
+    ceiling and >= every timed pass's bandwidth. `ok` False (with the offending rows) means the
+    ceiling is not the limit it is said to be, not that a kernel is too fast."""
+    if not copy or not read_mostly:
+        return None
+    rm = read_mostly["tbps"]
+    above = [{"case": r["case"], "provider": r["provider"], "pass": r["pass"],
+              "tbps": r["tbps"], "pct_read_mostly": r.get("pct_read_mostly")}
+             for r in ms if _timed(r) and r.get("tbps") and r["tbps"] > rm]  # fmt: skip
+    best = max((r for r in ms if _timed(r) and r.get("tbps")), key=lambda r: r["tbps"],
+               default=None)  # fmt: skip
+    return {
+        "read_mostly_over_copy": rm / copy["tbps"],
+        "read_mostly_ge_copy": rm >= copy["tbps"],
+        "max_pass_tbps": best and best["tbps"],
+        "max_pass": best and f"{best['case']}/{best['provider']}/{best['pass']}",
+        "passes_above_read_mostly": above,
+        "ok": rm >= copy["tbps"] and not above,
+    }
 
 
 def _key(r: dict[str, Any]) -> tuple[str, str, str]:
@@ -245,6 +282,7 @@ def summary_markdown(data: dict[str, Any]) -> str:
             f"Copy ceiling: {ceil['tbps']:.3f} TB/s ({ceil['bytes_moved'] / 1e9:.2f} GB "
             f"read+written in {ceil['ms']:.3f} ms)."
         )
+    lines += _read_mostly_lines(data)
     bad = [c for c in data["checks"] if c.get("check") != "pass"]
     for c in bad:
         lines.append(
@@ -265,9 +303,10 @@ def summary_markdown(data: dict[str, Any]) -> str:
     # All providers at the main shapes (ms, median).
     lines += ["", "### All providers (median ms)", ""]
     lines += [
-        "| case | sparsity | provider | check | fwd | bwd | fwd+bwd | fwd % ceil | bwd % ceil |"
+        "| case | sparsity | provider | check | fwd | bwd | fwd+bwd | fwd % ceil | bwd % ceil "
+        "| fwd % RM | bwd % RM |"
     ]
-    lines += ["|---|---|---|---|---:|---:|---:|---:|---:|"]
+    lines += ["|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for case in main_cases:
         provs = list(dict.fromkeys(r["provider"] for r in ms if r["case"] == case))
         for p in provs:
@@ -279,15 +318,17 @@ def summary_markdown(data: dict[str, Any]) -> str:
                 f"| {case} | {_sparsity(st)} | {p} | {chk} | {_n(f and f['ms'])} | "
                 f"{_n(bw and bw['ms'])} | "
                 f"{_n(fb and fb['ms'])} | {_n(f and f['pct_ceiling'], '.1f')} | "
-                f"{_n(bw and bw['pct_ceiling'], '.1f')} |"
+                f"{_n(bw and bw['pct_ceiling'], '.1f')} | "
+                f"{_n(f and f.get('pct_read_mostly'), '.1f')} | "
+                f"{_n(bw and bw.get('pct_read_mostly'), '.1f')} |"
             )
     # Side by side + targets: the last thing printed.
     lines += ["", "### Summary: blockattn vs FA v2 vs copy ceiling", ""]
     lines += [
-        "| case | sparsity | pass | GB moved | ceiling ms | blockattn ms | % ceil | FA2 ms "
+        "| case | sparsity | pass | GB moved | ceiling ms | blockattn ms | % ceil | % RM | FA2 ms "
         "| % ceil | speedup vs FA2 | fused-rotary ms | best FA2+rotary ms | speedup |"
     ]
-    lines += ["|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines += ["|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     ceil_tbps = ceil["tbps"] if ceil else None
     targets: list[str] = []
     for case in main_cases:
@@ -304,6 +345,7 @@ def summary_markdown(data: dict[str, Any]) -> str:
                 f"| {case} | {_sparsity(first)} | {pas} | {_n(nbytes and nbytes / 1e9, '.2f')} | "
                 f"{_n(cms)} | "
                 f"{_n(a and a['ms'])} | {_n(a and a['pct_ceiling'], '.1f')} | "
+                f"{_n(a and a.get('pct_read_mostly'), '.1f')} | "
                 f"{_n(f and f['ms'])} | {_n(f and f['pct_ceiling'], '.1f')} | "
                 f"{_n(a and a['speedup_vs_fa2'], '.2f')} | {_n(r and r['ms'])} | {_n(best)} | "
                 f"{_n(r and best and best / r['ms'], '.2f')} |"
@@ -314,6 +356,29 @@ def summary_markdown(data: dict[str, Any]) -> str:
     lines += ["", "### Targets", "", "| case | sparsity | target | value | goal | met |"]
     lines += ["|---|---|---|---:|---:|---|", *targets]
     return "\n".join(lines)
+
+
+def _read_mostly_lines(data: dict[str, Any]) -> list[str]:
+    """The read-mostly ceiling and whether it bounds the copy ceiling and every pass."""
+    rm, chk = data.get("read_mostly_ceiling"), data.get("ceiling_checks")
+    if not rm:
+        return []
+    lines = [f"Read-mostly ceiling ({rm['reads']} read : {rm['writes']} written, the forward's "
+             f"mix; `% RM` columns): {rm['tbps']:.3f} TB/s ({rm['method']})."]  # fmt: skip
+    if chk:
+        verdict = "yes" if chk["ok"] else "**NO**"
+        if _on_cpu(data) and not chk["ok"]:
+            verdict = "no (CPU smoke: wall-clock timings, not a ceiling)"
+        lines.append(
+            f"It is {chk['read_mostly_over_copy']:.3f}x the copy ceiling; the fastest pass moves "
+            f"{_n(chk['max_pass_tbps'])} TB/s ({chk['max_pass'] or '—'}); read-mostly ceiling "
+            f">= copy ceiling and >= every pass: {verdict}. Targets stay against the copy "
+            "ceiling."
+        )
+        for r in chk["passes_above_read_mostly"][:10]:
+            lines.append(f"- above the read-mostly ceiling: {r['case']}/{r['provider']}/"
+                         f"{r['pass']} {r['tbps']:.3f} TB/s")  # fmt: skip
+    return lines
 
 
 def _on_cpu(data: dict[str, Any]) -> bool:

@@ -1,4 +1,5 @@
-"""`run_benchmark(config)`: copy ceiling, then every (case, provider, pass) under a time budget.
+"""`run_benchmark(config)`: the copy and read-mostly ceilings, then every (case, provider, pass)
+under a time budget.
 
 Order (most important first, so a budget cut or a timeout drops the least useful points):
 ceiling -> shape P D=128 (core providers) -> P D=64 -> the same two under tritonbench's "fill"
@@ -434,6 +435,8 @@ def run_benchmark(config: BenchConfig | dict[str, Any] | None = None) -> dict[st
     try:
         ceiling = measure.copy_ceiling(cfg.ceiling_bytes, cfg.warmup_ms, cfg.rep_ms, cfg.smoke)
         state.ceiling = {**ceiling, "gpu_kind": cfg.gpu_kind}
+        rm = measure.read_mostly_ceiling(cfg.ceiling_bytes, cfg.warmup_ms, cfg.rep_ms, cfg.smoke)
+        state.read_mostly = {**rm, "gpu_kind": cfg.gpu_kind}
         state.write()
         for spec in plan(cfg):
             if b.left() <= 0:
