@@ -121,6 +121,71 @@ def _backward(ctx, grad_out):
 _attention_fwd_op.register_autograd(_backward, setup_context=_setup_context)
 
 
+# ----------------------------------------------------------------------------- fast precision
+# precision="fast" (blockattn.kernels.dispatch.PRECISIONS): ops of their own, so the accurate
+# ops' schemas and launches stay exactly as they were. Same arguments, same saved tensors.
+
+
+@torch.library.custom_op("blockattn::attention_fast_fwd", mutates_args=())
+def _attention_fast_fwd_op(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    offsets: Tensor,
+    sinu_pos: Tensor | None,
+    block_size: int,
+    scale: float,
+    rotate_v: bool,
+    max_seq_len: int | None,
+) -> Tensor:
+    _check_backend(q)
+    q, k, v = (_last_dim_contiguous(t) for t in (q, k, v))
+    sinu = None if sinu_pos is None else _last_dim_contiguous(sinu_pos)
+    table = build_tile_table(offsets, q.shape[0], block_size, max_seq_len)
+    return attention_fwd(q, k, v, table, sinu, scale, block_size, rotate_v, precision="fast")
+
+
+@_attention_fast_fwd_op.register_fake
+def _(q, k, v, offsets, sinu_pos, block_size, scale, rotate_v, max_seq_len):
+    return q.new_empty(q.shape)
+
+
+@torch.library.custom_op("blockattn::attention_fast_bwd", mutates_args=())
+def _attention_fast_bwd_op(
+    grad_out: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    offsets: Tensor,
+    sinu_pos: Tensor | None,
+    block_size: int,
+    scale: float,
+    rotate_v: bool,
+    max_seq_len: int | None,
+) -> tuple[Tensor, Tensor, Tensor]:
+    _check_backend(q)
+    q, k, v, grad_out = (_last_dim_contiguous(t) for t in (q, k, v, grad_out))
+    sinu = None if sinu_pos is None else _last_dim_contiguous(sinu_pos)
+    table = build_tile_table(offsets, q.shape[0], block_size, max_seq_len)
+    grads = tuple(_grad_buffer(tuple(q.shape), q) for _ in range(3))
+    return attention_bwd(q, k, v, grad_out, table, sinu, scale, block_size, rotate_v, grads,
+                         precision="fast")  # fmt: skip
+
+
+@_attention_fast_bwd_op.register_fake
+def _(grad_out, q, k, v, offsets, sinu_pos, block_size, scale, rotate_v, max_seq_len):
+    return q.new_empty(q.shape), q.new_empty(q.shape), q.new_empty(q.shape)
+
+
+def _fast_backward(ctx, grad_out):
+    q, k, v, offsets, sinu_pos = ctx.saved_tensors
+    dq, dk, dv = _attention_fast_bwd_op(grad_out, q, k, v, offsets, sinu_pos, *ctx.args)
+    return dq, dk, dv, None, None, None, None, None, None
+
+
+_attention_fast_fwd_op.register_autograd(_fast_backward, setup_context=_setup_context)
+
+
 # ----------------------------------------------------------------------------- packed projection
 # The projection path feeds q, k, v as strided views of one (T, (qheads + 2 kvheads) D) buffer
 # and takes its gradient as ONE buffer of that layout: the backward kernel stores dq, dk, dv
@@ -280,6 +345,7 @@ def block_attention(
     sinu_pos: Tensor | None = None,
     rotate_v: bool = True,
     max_seq_len: int | None = None,
+    precision: str = "accurate",
 ) -> Tensor:
     """Jagged block-diagonal attention: each token attends to the valid tokens of its own block.
 
@@ -289,8 +355,13 @@ def block_attention(
     sinu_pos: optional (T, D) rotary table [sin | cos] (interleaved pairs), fused into the kernel
     and applied to q, k and, if `rotate_v`, v; gradients are w.r.t. the un-rotated inputs.
     No gradient flows to sinu_pos. `max_seq_len` (optional) makes the call free of host syncs.
-    Returns (T, H, D) in q's dtype (a nested tensor if q was nested).
+    precision: "accurate" (the default; accuracy model fp32-split-operands: every FP32 value
+    entering a 16-bit MMA as hi + lo halves) or "fast" (model fp32-rounded-operands: the
+    rotated q, k, v, P and dS rounded once to the input dtype, as FA v2 rounds P and dS;
+    docs/numerics.md). Returns (T, H, D) in q's dtype (a nested tensor if q was nested).
     """
+    if precision not in ("accurate", "fast"):
+        raise ValueError(f"precision must be 'accurate' or 'fast', got {precision!r}")
     nested = isinstance(q, Tensor) and q.is_nested
     if nested:
         if not (isinstance(k, Tensor) and k.is_nested and isinstance(v, Tensor) and v.is_nested):
@@ -305,9 +376,8 @@ def block_attention(
     elif offsets is None:
         raise TypeError("offsets is required unless q, k, v are torch.nested jagged tensors")
     sm_scale = _checked_scale(q, k, v, offsets, block_size, scale, sinu_pos, rotate_v, max_seq_len)
-    out = _attention_fwd_op(
-        q, k, v, offsets, sinu_pos, block_size, sm_scale, bool(rotate_v), max_seq_len
-    )
+    op = _attention_fwd_op if precision == "accurate" else _attention_fast_fwd_op
+    out = op(q, k, v, offsets, sinu_pos, block_size, sm_scale, bool(rotate_v), max_seq_len)
     if nested:
         return torch.nested.nested_tensor_from_jagged(out, offsets)
     return out

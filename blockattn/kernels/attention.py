@@ -267,9 +267,19 @@ DTYPE_CONFIGS: dict[tuple[str, bool, int, torch.dtype], LaunchConfig] = {
 }
 
 
+# The fast precision mode (`precision="fast"`, tile_math._flags): no hi/lo halves, so the
+# accurate mode's register caps and column chunks (sized for the split operands) do not apply;
+# keys (kernel, rotary, head_dim), absent = one program per tile, 4 warps, no cap.
+FAST_CONFIGS: dict[tuple[str, bool, int], LaunchConfig] = {
+    ("fwd", False, 128): LaunchConfig(4, 1, 0, maxnreg=128),
+}
+
+
 def launch_config(kernel: str, rotary: bool, head_dim: int,
-                  dtype: torch.dtype = torch.bfloat16) -> LaunchConfig:
+                  dtype: torch.dtype = torch.bfloat16, fast: bool = False) -> LaunchConfig:
     default = LaunchConfig(num_warps=4, num_stages=_STAGES[kernel], programs_per_sm=0)
+    if fast:
+        return FAST_CONFIGS.get((kernel, rotary, head_dim), default)
     if dtype not in _SPLIT_DTYPES:
         # The tuned configs are for 16-bit inputs. fp32 inputs (the exact-input reference path:
         # ieee dots lowered to FMA loops, not a speed path) spill kilobytes under any cap.
@@ -352,10 +362,11 @@ def _grid_size(n_tiles: int, device: torch.device, cfg: LaunchConfig) -> int:
 
 def launch_fwd(q: Tensor, k: Tensor, v: Tensor, table: TileTable, sinu_pos: Tensor | None,
                scale: float, block_size: int, rotate_v: bool, o: Tensor,
-               chunks: int | None = None) -> Tensor:
-    """The portable forward kernel; `chunks` overrides the config's (A/B runs, tests)."""
+               chunks: int | None = None, fast: bool = False) -> Tensor:
+    """The portable forward kernel; `chunks` overrides the config's (A/B runs, tests); `fast`
+    runs the fast precision mode (tile_math._flags)."""
     _, H, D = q.shape
-    cfg = launch_config("fwd", sinu_pos is not None, D, q.dtype)
+    cfg = launch_config("fwd", sinu_pos is not None, D, q.dtype, fast)
     n_tiles = table.n_slots * H
     grid = _grid_size(n_tiles, q.device, cfg)
     if grid == 0:
@@ -368,7 +379,7 @@ def launch_fwd(q: Tensor, k: Tensor, v: Tensor, table: TileTable, sinu_pos: Tens
         H=H, HEAD_DIM=D, BLOCK=block_rows(block_size),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, maxnreg=cfg.maxnreg,
         PERSISTENT=grid < n_tiles, CHUNKS=cfg.chunks if chunks is None else chunks,
-        **_flags(q, sinu_pos, rotate_v),
+        **_flags(q, sinu_pos, rotate_v, fast=fast),
         **placement_flags("fwd", D, q.dtype, sinu_pos is not None, rotate_v),
     )  # fmt: skip
     return o
@@ -377,11 +388,12 @@ def launch_fwd(q: Tensor, k: Tensor, v: Tensor, table: TileTable, sinu_pos: Tens
 def launch_bwd(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor, table: TileTable,
                sinu_pos: Tensor | None, scale: float, block_size: int, rotate_v: bool,
                grads: tuple[Tensor, Tensor, Tensor], centred: bool = True,
-               chunks: int | None = None) -> tuple[Tensor, Tensor, Tensor]:
-    """The portable backward kernel; `chunks` overrides the config's (A/B runs, tests)."""
+               chunks: int | None = None, fast: bool = False) -> tuple[Tensor, Tensor, Tensor]:
+    """The portable backward kernel; `chunks` overrides the config's (A/B runs, tests); `fast`
+    runs the fast precision mode (tile_math._flags: not centred, whatever `centred` says)."""
     _, H, D = q.shape
     dq, dk, dv = grads
-    cfg = launch_config("bwd", sinu_pos is not None, D, q.dtype)
+    cfg = launch_config("bwd", sinu_pos is not None, D, q.dtype, fast)
     if chunks is None:
         # The configs' column chunks were built and measured for 64-row tiles. At 128 rows the
         # chunked fp16 rotate_v backward wrote NaN over all of dQ and dK on an H200 (triton 3.6;
@@ -403,7 +415,7 @@ def launch_bwd(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor, table: TileTab
         H=H, HEAD_DIM=D, BLOCK=block_rows(block_size),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, maxnreg=cfg.maxnreg,
         PERSISTENT=grid < n_tiles, CHUNKS=chunks,
-        **_flags(q, sinu_pos, rotate_v, centred),
+        **_flags(q, sinu_pos, rotate_v, centred, fast),
         **placement_flags("bwd", D, q.dtype, sinu_pos is not None, rotate_v),
     )  # fmt: skip
     return dq, dk, dv

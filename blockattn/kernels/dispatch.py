@@ -28,6 +28,17 @@ except ImportError as exc:
 
 
 PATHS = ("auto", "portable", "hopper", "prefer-hopper", "gluon", "prefer-gluon")
+# The declared precision modes: "accurate" (the default: split-operand MMAs, accuracy model
+# fp32-split-operands) and "fast" (operands rounded once to the input dtype, as FA v2 rounds P
+# and dS: model fp32-rounded-operands). The fast mode runs the portable kernels only, whatever
+# BLOCKATTN_KERNEL_PATH says: the Gluon and Hopper kernels implement the accurate mode.
+PRECISIONS = ("accurate", "fast")
+
+
+def _fast(precision: str) -> bool:
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision={precision!r}: expected one of {', '.join(PRECISIONS)}")
+    return precision == "fast"
 
 
 def _wanted() -> str:
@@ -150,9 +161,12 @@ def _hopper_falls_back(kernel: str, exc: Exception) -> None:
 
 def attention_fwd(q: Tensor, k: Tensor, v: Tensor, table: TileTable, sinu_pos: Tensor | None,
                   scale: float, block_size: int, rotate_v: bool,
-                  out: Tensor | None = None) -> Tensor:
+                  out: Tensor | None = None, precision: str = "accurate") -> Tensor:
     """Forward launch on validated inputs (unit stride along D). Returns O (T, H, D)."""
     o = torch.empty(q.shape, dtype=q.dtype, device=q.device) if out is None else out
+    if _fast(precision):
+        return portable.launch_fwd(q, k, v, table, sinu_pos, scale, block_size, rotate_v, o,
+                                   fast=True)
     if gluon_fwd(q, sinu_pos, block_size, (q, k, v, o)):
         return GRF.launch_fwd(q, k, v, o, table, sinu_pos, scale, rotate_v)
     if kernel_path("fwd", q, sinu_pos, (q, k, v), block_size) == "hopper":
@@ -166,14 +180,19 @@ def attention_fwd(q: Tensor, k: Tensor, v: Tensor, table: TileTable, sinu_pos: T
 def attention_bwd(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor, table: TileTable,
                   sinu_pos: Tensor | None, scale: float, block_size: int, rotate_v: bool,
                   grads: tuple[Tensor, Tensor, Tensor] | None = None,
-                  centred: bool = True) -> tuple[Tensor, Tensor, Tensor]:
+                  centred: bool = True,
+                  precision: str = "accurate") -> tuple[Tensor, Tensor, Tensor]:
     """Backward launch. Returns (dq, dk, dv) w.r.t. the un-rotated q, k, v.
 
     centred=False runs the previous dS numerics (uncentred dP, one-pass Di, unscaled fp16 dS
     split), kept for comparison; the default is the centred path (see _bwd_tile).
+    precision="fast": the fast mode (PRECISIONS), on the portable kernels.
     """
     if grads is None:
         grads = tuple(torch.empty(q.shape, dtype=q.dtype, device=q.device) for _ in range(3))
+    if _fast(precision):
+        return portable.launch_bwd(q, k, v, grad_out, table, sinu_pos, scale, block_size,
+                                   rotate_v, grads, fast=True)
     if gluon_bwd(q, sinu_pos, block_size, centred, (q, k, v, grad_out, *grads)):
         if sinu_pos is not None:
             return GR.launch_bwd(q, k, v, grad_out, grads, table, sinu_pos, scale, rotate_v)

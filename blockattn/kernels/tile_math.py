@@ -186,8 +186,8 @@ def _operand(x, SIN, start, n, stride_st, ROTATE: tl.constexpr, SPLIT: tl.conste
         xr = _rotate(x.to(tl.float32), sin, cos, False, BLOCK, HALF)
         if SPLIT:
             hi, lo = _split(xr, x.dtype, IS_BF16, INTERPRET, PACKED)
-        else:
-            hi = xr.to(x.dtype)
+        else:  # fp32 inputs, or the fast mode: one rounding to the input dtype
+            hi = _round_to(xr, x.dtype, IS_BF16, INTERPRET)
             lo = hi
         return hi, lo
     return x, x
@@ -340,8 +340,8 @@ def _fwd_out(p, v, h, start, n, O, SIN, stride_ot, stride_oh, stride_st,
     if SPLIT:
         p_hi, p_lo = _split(p, v.dtype, IS_BF16, INTERPRET, PACKED)
         acc = _mma_split(p_hi, p_lo, v_hi, v_lo, acc, True, ROTATE_V, IEEE, INTERPRET)
-    else:
-        acc = _mma(p.to(v.dtype), v_hi, acc, IEEE, INTERPRET)
+    else:  # fp32 inputs, or the fast mode: P rounded to the input dtype (as FA v2)
+        acc = _mma(_round_to(p, v.dtype, IS_BF16, INTERPRET), v_hi, acc, IEEE, INTERPRET)
     _store(_tile(O, start, n, h, stride_ot, stride_oh, BLOCK, HEAD_DIM), acc, SIN, start, n,
            stride_st, False, IS_BF16, BLOCK, HALF, INTERPRET)
 
@@ -368,8 +368,8 @@ def _ds_halves(ds, sm_scale, DT: tl.constexpr, SPLIT: tl.constexpr, CENTRED: tl.
             ds = ds * ds_up
             sm_scale = sm_scale * ds_down
         ds_hi, ds_lo = _split(ds, DT, IS_BF16, INTERPRET, False)  # a product: see _split
-    else:
-        ds_hi = ds.to(DT)
+    else:  # fp32 inputs, or the fast mode: dS rounded to the input dtype (as FA v2)
+        ds_hi = _round_to(ds, DT, IS_BF16, INTERPRET)
         ds_lo = ds_hi
     return ds_hi, ds_lo, sm_scale
 
@@ -429,8 +429,8 @@ def _bwd_body(q, k, v, do, h, start, n, V, DQ, DK, DV, SIN, stride_vt, stride_vh
         p_hi, p_lo = _split(p, q.dtype, IS_BF16, INTERPRET)
         acc = _mma_split(tl.trans(p_hi), tl.trans(p_lo), do, do, acc, True, False, IEEE,
                          INTERPRET)
-    else:
-        acc = _mma(tl.trans(p.to(q.dtype)), do, acc, IEEE, INTERPRET)
+    else:  # fp32 inputs, or the fast mode: P rounded to the input dtype
+        acc = _mma(tl.trans(_round_to(p, q.dtype, IS_BF16, INTERPRET)), do, acc, IEEE, INTERPRET)
     _store(_tile(DV, start, n, h, stride_dvt, stride_dvh, BLOCK, HEAD_DIM), acc, SIN, start, n,
            stride_st, ROTATE_V, IS_BF16, BLOCK, HALF, INTERPRET)
     ds_hi, ds_lo, sm_scale = _ds_halves(ds, sm_scale, q.dtype, SPLIT, CENTRED, IS_BF16,
@@ -598,13 +598,18 @@ def block_rows(block_size: int) -> int:
 
 
 def _flags(q: torch.Tensor, sinu_pos: torch.Tensor | None, rotate_v: bool,
-           centred: bool = True) -> dict:
+           centred: bool = True, fast: bool = False) -> dict:
+    """The kernels' compile-time flags. `fast` is the declared fast precision mode
+    (`precision="fast"`, accuracy model fp32-rounded-operands): no hi/lo split, so the rotated
+    q, k, v, P and dS enter their MMAs rounded once to the input dtype, as FA v2 rounds P and
+    dS, and the backward is not centred (dP from V itself, Di in one pass)."""
     return dict(
         ROTARY=sinu_pos is not None,
         ROTATE_V=sinu_pos is not None and rotate_v,
-        SPLIT=q.dtype in _SPLIT_DTYPES,
+        SPLIT=q.dtype in _SPLIT_DTYPES and not fast,
         IS_BF16=q.dtype == torch.bfloat16,
         IEEE=q.dtype == torch.float32,  # fp32 inputs: full-precision MMAs, no tf32
         INTERPRET=INTERPRET,
-        CENTRED=centred,  # backward only: centred dP - Di (see _bwd_tile); False = the old path
+        # backward only: centred dP - Di (see _bwd_tile); False = the old path (and fast mode)
+        CENTRED=centred and not fast,
     )
