@@ -26,6 +26,10 @@ class Selection:
     distributions: tuple[str, ...] | None = None
     cases: tuple[str, ...] | None = None  # case ids or case names
     shard: tuple[int, int] | None = None
+    # Balance the shard by measured cost (blockattn.cases.shard_costs): the table's path and its
+    # sha256, so that `blockattn merge` refuses shards split by different tables.
+    shard_costs: str | None = None
+    shard_costs_sha256: str | None = None
 
     def keeps(self, s: CaseSpec) -> bool:
         return (
@@ -103,7 +107,14 @@ def plan_specs(
                              "names or case ids; fuzz ids depend on --seed, --fuzz and --profile)")
     if max_cases is not None:
         specs = specs[:max_cases]
-    if selection.shard is not None:
+    if selection.shard is not None and selection.shard_costs is not None:
+        from blockattn.cases import shard_costs
+
+        if shard_costs.digest(selection.shard_costs) != selection.shard_costs_sha256:
+            raise ValueError(f"--shard-costs {selection.shard_costs}: changed since it was read")
+        table = shard_costs.load_costs(selection.shard_costs)
+        specs = shard_costs.balanced_shard(specs, *selection.shard, table)
+    elif selection.shard is not None:
         specs = shard(specs, *selection.shard)
     return specs
 

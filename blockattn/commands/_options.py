@@ -71,6 +71,12 @@ def add_selection_options(p: argparse.ArgumentParser, *, shard: bool = True) -> 
         g.add_argument("--shard", type=shard_spec, metavar="I/N",
                        help="run only shard I of N (1-based, round-robin over the plan): a CI "
                        "matrix splits the cases; `blockattn merge` joins the reports")  # fmt: skip
+        g.add_argument("--shard-costs", metavar="FILE",
+                       help="with --shard: balance the shards by measured seconds per case "
+                       "(longest first, each to the least loaded shard) from FILE: a report.json "
+                       "(e.g. the CI baseline), a results.jsonl, a report directory or a JSON "
+                       "{case_id: seconds}; unknown cases are estimated from their size. Every "
+                       "shard must name the same file (merge checks its sha256)")  # fmt: skip
 
 
 def selection_from(args: argparse.Namespace) -> Selection:
@@ -85,7 +91,20 @@ def selection_from(args: argparse.Namespace) -> Selection:
         distributions=tup("distribution"),
         cases=tup("case"),
         shard=getattr(args, "shard", None),
+        **_shard_costs(args),
     )
+
+
+def _shard_costs(args: argparse.Namespace) -> dict[str, str]:
+    path = getattr(args, "shard_costs", None)
+    if path is None:
+        return {}
+    if getattr(args, "shard", None) is None:
+        raise ValueError("--shard-costs balances --shard I/N: give --shard too")
+    from blockattn.cases import shard_costs
+
+    shard_costs.load_costs(path)  # a usage error now, not a crash in the middle of the plan
+    return {"shard_costs": str(path), "shard_costs_sha256": shard_costs.digest(path)}
 
 
 def load_tolerances(args: argparse.Namespace, device: str | None = None):
