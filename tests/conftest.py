@@ -19,6 +19,11 @@ _spec = importlib.util.spec_from_file_location("_blockattn_env_bootstrap", _ENV_
 _env = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_env)
 DEVICE = _env.configure()  # pins gwN -> one GPU, sets TRITON_INTERPRET=1 without CUDA
+# Multi-GPU CI (ci/xdist_plan.py, loaded by path): tests longest first from a cost table.
+_PLAN_PY = Path(__file__).resolve().parents[1] / "ci" / "xdist_plan.py"
+_plan_spec = importlib.util.spec_from_file_location("_blockattn_xdist_plan", _PLAN_PY)
+_xdist_plan = importlib.util.module_from_spec(_plan_spec)
+_plan_spec.loader.exec_module(_xdist_plan)
 
 from hypothesis import settings  # noqa: E402  (after the environment is configured)
 
@@ -40,6 +45,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    _xdist_plan.order_items(items)  # BLOCKATTN_TEST_COSTS=FILE: longest first (else a no-op)
     if DEVICE == "cuda":
         return
     skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU (running on CPU)")
@@ -56,11 +62,13 @@ def device() -> str:
 
 # ---- multi-GPU CI evidence (ci/multi_gpu.sh): which GPU each xdist worker ran its tests on ----
 _RAN: list[str] = []
+_SECONDS: dict[str, float] = {}  # per test, setup + call + teardown: the next run's cost table
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if report.when == "call" and not report.skipped:
         _RAN.append(report.nodeid)
+    _SECONDS[report.nodeid] = _SECONDS.get(report.nodeid, 0.0) + report.duration
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
@@ -75,7 +83,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
     info = {"worker": worker, "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
-            "tests_run": len(_RAN), "device": DEVICE}  # fmt: skip
+            "tests_run": len(_RAN), "device": DEVICE,
+            "durations": {k: round(v, 4) for k, v in _SECONDS.items()}}  # fmt: skip
     if DEVICE == "cuda" and torch.cuda.is_initialized():
         props = torch.cuda.get_device_properties(0)
         info.update(gpu=props.name, gpu_uuid=str(props.uuid),

@@ -6,7 +6,6 @@ merge's refusal of shards split by different tables."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -80,8 +79,30 @@ def test_cost_shards_are_disjoint_cover_the_plan_and_beat_round_robin(tmp_path: 
 
 
 def test_cli_records_the_table_and_merge_refuses_another(tmp_path: Path, capsys) -> None:
+    from blockattn.commands._options import selection_from
+
+    parser = cli.build_parser()
+    args = parser.parse_args(["gate", "--shard", "1/2", "--shard-costs", str(GPU_BASELINE)])
+    sel = selection_from(args)
+    assert sel.shard == (1, 2) and sel.shard_costs == str(GPU_BASELINE)
+    assert sel.shard_costs_sha256 == shard_costs.digest(GPU_BASELINE)
     assert cli.main(["run", "--shard-costs", str(GPU_BASELINE), "--out", str(tmp_path / "x")]) == 2
     assert "give --shard too" in capsys.readouterr().err
+    # Two shards split by different tables do not belong together (merge reads run.json first).
+    for i, sha in ((1, "a" * 64), (2, "b" * 64)):
+        d = tmp_path / f"s{i}"
+        d.mkdir()
+        run = {"selection": {**sel.to_dict(), "shard": [i, 2], "shard_costs_sha256": sha}}
+        (d / "run.json").write_text(json.dumps(run))
+    capsys.readouterr()
+    assert cli.main(["merge", str(tmp_path / "s1"), str(tmp_path / "s2"), "--out",
+                     str(tmp_path / "m")]) == 2  # fmt: skip
+    assert "other options" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_cost_shards_run_and_merge(tmp_path: Path) -> None:
+    """End to end on the interpreter (~15 s): two shards split by a table, merged."""
     cases = ["near-constant-fp16", "negative-rows-bf16", "heavy-tailed-fp16"]  # 9 s | 1 + 1 s
     table = tmp_path / "costs.json"
     table.write_text(json.dumps({"plai-floa-2003374fbb": 9.0, "plai-bflo-e5992c8cec": 1.0,
@@ -97,14 +118,6 @@ def test_cli_records_the_table_and_merge_refuses_another(tmp_path: Path, capsys)
            for d in (d1, d2)]  # fmt: skip
     assert [sorted(r) for r in ran] == [["near-constant-fp16"],
                                         ["heavy-tailed-fp16", "negative-rows-bf16"]]
-    opts = json.loads((d1 / "run.json").read_text())["selection"]
-    assert opts["shard_costs_sha256"] == shard_costs.digest(table)
     assert cli.main(["merge", str(d1), str(d2), "--out", str(tmp_path / "m")]) == 0
-    d3 = tmp_path / "s3"  # shard 2 as split by another table
-    shutil.copytree(d2, d3)
-    run = json.loads((d3 / "run.json").read_text())
-    run["selection"]["shard_costs_sha256"] = "0" * 64
-    (d3 / "run.json").write_text(json.dumps(run))
-    capsys.readouterr()
-    assert cli.main(["merge", str(d1), str(d3), "--out", str(tmp_path / "m2")]) == 2
-    assert "other options" in capsys.readouterr().err
+    merged = json.loads((tmp_path / "m" / "report.json").read_text())
+    assert sorted(c["spec"]["name"] for c in merged["cases"]) == sorted(cases)

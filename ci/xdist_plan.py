@@ -1,0 +1,198 @@
+"""Multi-GPU CI on one host: how many xdist workers, in which order the tests go, the cost table
+they are ordered by, and the scaling table (issue 44 item 4).
+
+- `workers`: as many pytest-xdist workers as the CPU, the host memory and the GPUs' memory allow
+  (each worker is pinned to GPU `N mod n_gpus` by blockattn/run/env.py, so W workers put W/n on
+  each GPU).
+- Test order: with BLOCKATTN_TEST_COSTS=FILE (seconds per test node id), tests/conftest.py hands
+  the collected items to `order_items`, which puts them longest first for xdist's `load`
+  scheduler with `--maxschedchunk 1`: each worker starts with two tests (LPT's pairing of the
+  2W longest: longest with the 2W-th, second with the (2W-1)-th, ...), then takes the next
+  longest whenever one finishes (greedy list scheduling, longest first). A test the table does
+  not know counts as the median known test. The order is a pure function of the collection and
+  the table, so every worker collects the same list (xdist requires it).
+- `costs DIR OUT`: the table, merged from a run's BLOCKATTN_WORKER_LOG files (each worker's
+  per-test seconds, setup + call + teardown).
+- `table`: the Markdown timing table of a scaling run and its verdict (N GPUs >= 0.8 N times as
+  fast as one GPU of the same host at its best -n).
+
+Used by tests/conftest.py (loaded by path: no import of blockattn here) and ci/multi_gpu.sh,
+ci/tier_scaling.sh.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+COSTS_ENV = "BLOCKATTN_TEST_COSTS"
+# Sized from the H200 runs of 2026-11-27: one GPU with 16 cores ran the tier fastest at -n 12.
+CORES_PER_WORKER = 4 / 3
+HOST_GIB_PER_WORKER = 4.0  # torch + triton + the worker-process kernel host + FP64 oracles
+GPU_GIB_PER_WORKER = 5.0  # a CUDA context (~0.6 GiB) + the largest test's tensors
+SCALING_GOAL = 0.8  # N GPUs must be >= 0.8 N times as fast as one
+
+
+# ----------------------------------------------------------------------------- worker count
+
+
+def _host_gib() -> float:
+    """The memory this host lets us use: the cgroup limit where one is set, else MemTotal.
+    (A lent multi-GPU VM's MemTotal starts small and grows as used: the cgroup limit, where
+    numeric, is the real bound.)"""
+    try:
+        raw = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        if raw.isdigit():
+            return int(raw) / 2**30
+    except OSError:
+        pass
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) / 2**20
+    except OSError:
+        pass
+    return 0.0
+
+
+def _gpu_gib() -> list[float]:
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,"
+                              "nounits"], capture_output=True, text=True, timeout=30,
+                             check=False).stdout  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [int(x) / 1024 for x in out.split() if x.strip().isdigit()]
+
+
+def worker_count(n_gpus: int, cores: int, host_gib: float, gpu_gib: float) -> int:
+    """xdist workers for n_gpus GPUs: the fewest of what the cores, the host memory and each
+    GPU's memory carry, rounded down to a multiple of n_gpus (every GPU the same share), at
+    least one per GPU."""
+    n_gpus = max(1, n_gpus)
+    by_cpu = int(cores / CORES_PER_WORKER)
+    by_host = int(host_gib / HOST_GIB_PER_WORKER) if host_gib else by_cpu
+    by_gpu = n_gpus * int(gpu_gib / GPU_GIB_PER_WORKER) if gpu_gib else by_cpu
+    w = min(by_cpu, by_host, by_gpu)
+    return max(n_gpus, w - w % n_gpus)
+
+
+# ----------------------------------------------------------------------------- test order
+
+
+def load_test_costs(path: str | Path) -> dict[str, float]:
+    data = json.loads(Path(path).read_text())
+    table = data.get("tests", data) if isinstance(data, dict) else {}
+    return {str(k): float(v) for k, v in table.items() if isinstance(v, int | float)}
+
+
+def lpt_order(ids: list[str], costs: dict[str, float], workers: int) -> list[str]:
+    """The ids longest first, the 2W longest paired for xdist's first two per worker."""
+    known = [costs[i] for i in ids if i in costs]
+    default = statistics.median(known) if known else 0.0
+    pos = {i: k for k, i in enumerate(ids)}
+    desc = sorted(ids, key=lambda i: (-costs.get(i, default), pos[i]))
+    w = max(1, workers)
+    if len(desc) < 2 * w:
+        return desc
+    head, tail = desc[: 2 * w], desc[2 * w :]
+    paired = [x for k in range(w) for x in (head[k], head[2 * w - 1 - k])]
+    return paired + tail
+
+
+def order_items(items: list[Any], env: dict[str, str] | None = None) -> bool:
+    """Reorder pytest items in place by the cost table in BLOCKATTN_TEST_COSTS (no-op without).
+    Returns whether it reordered."""
+    env = os.environ if env is None else env
+    path = env.get(COSTS_ENV)
+    if not path:
+        return False
+    costs = load_test_costs(path)
+    workers = int(env.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    by_id = {it.nodeid: it for it in items}
+    items[:] = [by_id[i] for i in lpt_order([it.nodeid for it in items], costs, workers)]
+    return True
+
+
+def merge_durations(worker_dir: str | Path) -> dict[str, Any]:
+    """The cost table of a run: every worker's per-test seconds (BLOCKATTN_WORKER_LOG files)."""
+    tests: dict[str, float] = {}
+    for f in sorted(Path(worker_dir).glob("*.json")):
+        tests.update(json.loads(f.read_text()).get("durations", {}))
+    return {"unit": "seconds per test node id (setup + call + teardown)",
+            "total_s": round(sum(tests.values()), 2),
+            "tests": dict(sorted(tests.items()))}  # fmt: skip
+
+
+def simulate(ids: list[str], costs: dict[str, float], workers: int) -> float:
+    """Makespan of greedy list scheduling of `ids` (in this order) on `workers` workers."""
+    load = [0.0] * max(1, workers)
+    for i in ids:
+        k = min(range(len(load)), key=load.__getitem__)
+        load[k] += costs.get(i, 0.0)
+    return max(load)
+
+
+# ----------------------------------------------------------------------------- scaling table
+
+
+def scaling_table(rows: list[dict[str, Any]]) -> tuple[str, bool | None]:
+    """Markdown table of timed tier runs (gpus, workers, order, wall_s, passed) and the verdict:
+    the fastest run on N > 1 GPUs against the fastest on one GPU (its best -n among those
+    timed): speedup >= 0.8 N. None when either side is missing."""
+    lines = ["| run | GPUs | xdist workers | per GPU | order | wall s | result |",
+             "|---|---:|---:|---:|---|---:|---|"]  # fmt: skip
+    for r in rows:
+        lines.append(f"| {r['name']} | {r['gpus']} | {r['workers']} | "
+                     f"{r['workers'] / r['gpus']:g} | {r.get('order', 'collection')} | "
+                     f"{r['wall_s']:.1f} | {r.get('result', '')} |")  # fmt: skip
+    one = [r for r in rows if r["gpus"] == 1 and r.get("ok", True)]
+    many = [r for r in rows if r["gpus"] > 1 and r.get("ok", True)]
+    if not one or not many:
+        return "\n".join(lines), None
+    best1 = min(one, key=lambda r: r["wall_s"])
+    bestn = min(many, key=lambda r: r["wall_s"])
+    n = bestn["gpus"]
+    speedup = best1["wall_s"] / bestn["wall_s"]
+    ok = speedup >= SCALING_GOAL * n
+    lines += ["", f"{n} GPUs ({bestn['name']}) vs one GPU at its best -n among those timed "
+              f"({best1['name']}): **{speedup:.2f}x**; goal >= {SCALING_GOAL * n:.2f}x "
+              f"({SCALING_GOAL} N): **{'met' if ok else 'NOT met'}**."]  # fmt: skip
+    return "\n".join(lines), ok
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    w = sub.add_parser("workers", help="print the xdist worker count for this host")
+    w.add_argument("--gpus", type=int, default=None)
+    c = sub.add_parser("costs", help="merge BLOCKATTN_WORKER_LOG files into a cost table")
+    c.add_argument("worker_dir")
+    c.add_argument("out")
+    t = sub.add_parser("table", help="timing table from a JSON list of runs")
+    t.add_argument("runs_json")
+    a = p.parse_args(argv)
+    if a.cmd == "workers":
+        gib = _gpu_gib()
+        n = a.gpus if a.gpus is not None else len(gib)
+        cores = len(os.sched_getaffinity(0))
+        print(worker_count(n, cores, _host_gib(), min(gib) if gib else 0.0))
+    elif a.cmd == "costs":
+        table = merge_durations(a.worker_dir)
+        Path(a.out).write_text(json.dumps(table, indent=1) + "\n")
+        print(f"{len(table['tests'])} tests, {table['total_s']:.0f} s in all -> {a.out}")
+    else:
+        text, ok = scaling_table(json.loads(Path(a.runs_json).read_text()))
+        print(text)
+        return 0 if ok is not False else 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

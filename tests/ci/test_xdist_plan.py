@@ -1,0 +1,101 @@
+"""Multi-GPU CI planning (ci/xdist_plan.py, issue 44 item 4): the worker count from cores and
+memory, the longest-first order handed to xdist, the cost table merged from the worker logs,
+and the scaling table's verdict (N GPUs >= 0.8 N times one GPU at its best -n)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("xdist_plan", REPO / "ci" / "xdist_plan.py")
+xp = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(xp)
+
+
+def test_worker_count_follows_cores_then_memory() -> None:
+    assert xp.worker_count(1, 16, 128, 140) == 12  # one H200 host: the measured best -n 12
+    assert xp.worker_count(2, 32, 256, 80) == 24  # 2x H100: 12 a GPU
+    assert xp.worker_count(4, 64, 512, 80) == 48
+    assert xp.worker_count(1, 32, 256, 80) == 16  # one 80 GB GPU holds 16 workers' contexts
+    assert xp.worker_count(2, 32, 40, 80) == 10  # host memory: 10 workers of 4 GiB
+    assert xp.worker_count(4, 4, 512, 80) == 4  # at least one worker a GPU
+    assert xp.worker_count(3, 32, 256, 80) == 24  # a multiple of the GPU count
+
+
+def test_longest_first_with_the_first_two_per_worker_paired() -> None:
+    costs = {f"t{i}": float(c) for i, c in enumerate([1, 9, 2, 8, 3, 7, 4, 6, 5, 1])}
+    ids = list(costs)
+    order = xp.lpt_order(ids, costs, workers=2)
+    # The 4 longest (9, 8, 7, 6) go out as (9, 6) and (8, 7); then 5, 4, 3, 2, 1, 1.
+    assert [costs[i] for i in order] == [9, 6, 8, 7, 5, 4, 3, 2, 1, 1]
+    assert order[-2:] == ["t0", "t9"]  # ties keep the collection order
+    assert sorted(order) == sorted(ids)
+    # An unknown test counts as the median known one.
+    assert xp.lpt_order(["a", "b", "new"], {"a": 1.0, "b": 3.0}, 1)[1] == "new"
+    # On skewed costs the greedy makespan beats the collection order's.
+    skew = {f"s{i}": (30.0 if i >= 18 else 1.0) for i in range(24)}  # 6 long ones last
+    ids = list(skew)
+    assert xp.simulate(xp.lpt_order(ids, skew, 4), skew, 4) < xp.simulate(ids, skew, 4)
+
+
+def test_order_items_only_with_a_table(tmp_path: Path) -> None:
+    class Item:
+        def __init__(self, nodeid: str) -> None:
+            self.nodeid = nodeid
+
+    items = [Item(n) for n in ("a", "b", "c")]
+    assert not xp.order_items(items, env={})
+    (tmp_path / "c.json").write_text(json.dumps({"tests": {"a": 1, "b": 2, "c": 3}}))
+    env = {xp.COSTS_ENV: str(tmp_path / "c.json"), "PYTEST_XDIST_WORKER_COUNT": "1"}
+    assert xp.order_items(items, env=env)
+    assert [i.nodeid for i in items] == ["c", "b", "a"]
+
+
+def test_cost_table_from_worker_logs_and_conftest_orders_by_it(tmp_path: Path) -> None:
+    logs = tmp_path / "workers"
+    logs.mkdir()
+    here = "tests/ci/test_xdist_plan.py::"
+    names = ["test_worker_count_follows_cores_then_memory", "test_scaling_verdict"]
+    (logs / "gw0.json").write_text(json.dumps({"durations": {here + names[0]: 0.5}}))
+    (logs / "gw1.json").write_text(json.dumps({"durations": {here + names[1]: 9.0}}))
+    assert xp.main(["costs", str(logs), str(tmp_path / "costs.json")]) == 0
+    table = json.loads((tmp_path / "costs.json").read_text())
+    assert table["tests"] == {here + names[0]: 0.5, here + names[1]: 9.0}
+    assert table["total_s"] == 9.5
+    env = {**os.environ, xp.COSTS_ENV: str(tmp_path / "costs.json"), "CUDA_VISIBLE_DEVICES": ""}
+    out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q",
+                          "-p", "no:cacheprovider", "tests/ci/test_xdist_plan.py"], cwd=REPO,
+                         env=env, capture_output=True, text=True, timeout=120).stdout  # fmt: skip
+    ids = [line for line in out.splitlines() if line.startswith(here)]
+    assert ids[0] == here + names[1]  # the 9 s test first; the unknown ones count 4.75 s
+    assert ids[-1] == here + names[0]
+
+
+def test_scaling_verdict(tmp_path: Path) -> None:
+    runs = [{"name": "1gpu-n12", "gpus": 1, "workers": 12, "wall_s": 200.0},
+            {"name": "1gpu-n16", "gpus": 1, "workers": 16, "wall_s": 190.0},
+            {"name": "2gpu-n24", "gpus": 2, "workers": 24, "wall_s": 110.0,
+             "order": "cost"}]  # fmt: skip
+    text, ok = xp.scaling_table(runs)
+    assert ok is True and "**1.73x**" in text and "goal >= 1.60x" in text  # 190 s / 110 s
+    text, ok = xp.scaling_table([*runs[:2], {**runs[2], "wall_s": 125.0}])
+    assert ok is False and "**1.52x**" in text and "NOT met" in text
+    runs[2]["wall_s"] = 118.75  # exactly 1.6x the best one-GPU run
+    assert xp.scaling_table(runs)[1] is True
+    assert xp.scaling_table(runs[:2])[1] is None
+    (tmp_path / "runs.json").write_text(json.dumps(runs))
+    assert xp.main(["table", str(tmp_path / "runs.json")]) == 0
+
+
+@pytest.mark.parametrize("ok", [True, False])
+def test_a_failed_run_does_not_count(ok: bool) -> None:
+    runs = [{"name": "1", "gpus": 1, "workers": 12, "wall_s": 200.0},
+            {"name": "2", "gpus": 2, "workers": 24, "wall_s": 100.0, "ok": ok}]  # fmt: skip
+    assert xp.scaling_table(runs)[1] is (True if ok else None)
