@@ -9,7 +9,8 @@ Timed per round (medians over rounds; `triton.testing.do_bench` medians within a
 - rotary accurate: the default fused-rotary kernels;
 - rotary fast: fp32 sin/cos table, and the table in the input dtype (the caller's bf16 table);
 and a device-to-device copy ceiling in the same run. `--configs` also times launch-config
-variants of the fast rotary kernels (attention.FAST_CONFIGS) to pick one.
+variants of the Gluon fast rotary kernels (attention_gluon_rotary_fast.CONFIGS) to pick one; the
+portable fast kernels are timed beside them (`*_portable`) and their outputs compared.
 Writes DIR/ab_fast.json and DIR/ab_fast.md (ratios to both plain kernels, % of the ceiling).
 """
 
@@ -58,6 +59,7 @@ def main() -> int:
     from blockattn.bench.case import make_bench_case
     from blockattn.bench.measure import copy_ceiling
     from blockattn.kernels import attention as A
+    from blockattn.kernels import attention_gluon_rotary_fast as GF
     from blockattn.kernels.dispatch import attention_bwd, attention_fwd
     from blockattn.kernels.tiles import build_tile_table
 
@@ -82,10 +84,7 @@ def main() -> int:
         cases[D] = (c, table, c.sinu.to(torch.bfloat16))
     variants = {}
     if args.configs:
-        variants = {
-            "fwd_rot_cap128": ("fwd", True, A.LaunchConfig(4, 1, 0, maxnreg=128)),
-            "bwd_rot_cap168": ("bwd", True, A.LaunchConfig(4, 2, 0, maxnreg=168)),
-        }
+        variants = {"fwd_rot_3ctas": ("fwd", True, (3, 168))}
     def time_case(D: int, c, table, sinu16) -> None:
         q, k, v, do, s = c.q, c.k, c.v, c.do, c.scale
         entries = {
@@ -95,6 +94,15 @@ def main() -> int:
             "rotary_fast": (c.sinu, "fast"),
             "rotary_fast_tbl16": (sinu16, "fast"),
         }
+        o_buf = torch.empty_like(q)
+        g_buf = tuple(torch.empty_like(q) for _ in range(3))
+        for name, sinu in (("plain_fast_portable", None), ("rotary_fast_portable", c.sinu)):
+            rows.setdefault(f"D{D} fwd {name}", []).append(t(
+                lambda sinu=sinu: A.launch_fwd(q, k, v, table, sinu, s, 64, True, o_buf,
+                                               fast=True)))
+            rows.setdefault(f"D{D} bwd {name}", []).append(t(
+                lambda sinu=sinu: A.launch_bwd(q, k, v, do, table, sinu, s, 64, True, g_buf,
+                                               fast=True)))
         for name, (sinu, prec) in entries.items():
             rows.setdefault(f"D{D} fwd {name}", []).append(t(
                 lambda sinu=sinu, prec=prec: attention_fwd(q, k, v, table, sinu, s, 64, True,
@@ -104,8 +112,8 @@ def main() -> int:
                                                            precision=prec)))
         for vname, (kern, rot, cfg) in variants.items():
             key = (kern, rot, D)
-            old = A.FAST_CONFIGS.get(key)
-            A.FAST_CONFIGS[key] = cfg
+            old = GF.CONFIGS.get(key)
+            GF.CONFIGS[key] = cfg
             try:
                 fn = attention_fwd if kern == "fwd" else attention_bwd
                 extra = () if kern == "fwd" else (do,)
@@ -116,10 +124,29 @@ def main() -> int:
                 print(f"{vname} D{D}: {exc}", flush=True)
             finally:
                 if old is None:
-                    A.FAST_CONFIGS.pop(key, None)
+                    GF.CONFIGS.pop(key, None)
                 else:
-                    A.FAST_CONFIGS[key] = old
+                    GF.CONFIGS[key] = old
 
+    agree = {}
+    for D, (c, table, _) in cases.items():  # the Gluon fast kernels against the portable ones
+        q, k, v, do, s = c.q, c.k, c.v, c.do, c.scale
+        for name, sinu in (("plain", None), ("rotary", c.sinu)):
+            got = (attention_fwd(q, k, v, table, sinu, s, 64, True, precision="fast"),
+                   *attention_bwd(q, k, v, do, table, sinu, s, 64, True, precision="fast"))
+            ref = (A.launch_fwd(q, k, v, table, sinu, s, 64, True, torch.empty_like(q),
+                                fast=True),
+                   *A.launch_bwd(q, k, v, do, table, sinu, s, 64, True,
+                                 tuple(torch.empty_like(q) for _ in range(3)), fast=True))
+            for tn, a, b in zip(("O", "dQ", "dK", "dV"), got, ref, strict=True):
+                a, b = a.float(), b.float()
+                ulp = torch.finfo(torch.bfloat16).eps * b.abs().clamp_min(2.0**-126)
+                far = ((a - b).abs() > 1.01 * ulp) & ((a - b).abs() > 0)
+                agree[f"D{D} {name} {tn}"] = {
+                    "max_abs_diff": float((a - b).abs().max()),
+                    "elements_over_1ulp": int(far.sum()), "n": a.numel(),
+                    "nonfinite": int((~torch.isfinite(a)).sum())}
+    print("gluon fast vs portable fast:", json.dumps(agree), flush=True)
     for r in range(args.rounds):
         ceilings.append(copy_ceiling(2 << 30, 25, 100, False)["tbps"])
         for D, (c, table, sinu16) in cases.items():
@@ -127,6 +154,9 @@ def main() -> int:
         print(f"round {r}: " + ", ".join(f"{k} {v[-1]:.3f}" for k, v in rows.items()), flush=True)
     med = {k: statistics.median(v) for k, v in rows.items()}
     ceil = statistics.median(ceilings)
+    lines_agree = [f"- {k}: {v['elements_over_1ulp']} of {v['n']} elements more than 1 ulp "
+                   f"apart (max |diff| {v['max_abs_diff']:.3g}, non-finite {v['nonfinite']})"
+                   for k, v in agree.items()]
     lines = [f"# fast precision A/B, shape P bf16, {meta['gpu']}", "",
              f"{meta}; medians of {args.rounds} rounds; copy ceiling {ceil:.3f} TB/s (median)", "",
              "| D | pass | entry | ms | % ceiling | / plain (as is) | / plain fast |",
@@ -139,11 +169,13 @@ def main() -> int:
         base, fast = med[f"{D} {ps} plain"], med[f"{D} {ps} plain_fast"]
         lines.append(f"| {D} | {ps} | {name} | {ms:.3f} | {pct:.1f} | {ms / base:.3f} | "
                      f"{ms / fast:.3f} |")
+    lines += ["", "Gluon fast kernels (the sm_90 default) against the portable fast kernels, same "
+              "inputs:", "", *lines_agree]
     md = "\n".join(lines) + "\n"
     print(md, flush=True)
     (args.out / "ab_fast.md").write_text(md)
     (args.out / "ab_fast.json").write_text(json.dumps(
-        {"meta": meta, "rounds": rows, "medians": med, "ceiling_tbps": ceilings,
+        {"meta": meta, "rounds": rows, "medians": med, "ceiling_tbps": ceilings, "agree": agree,
          "kernels": _spills()}, indent=1, default=str))
     return 0
 

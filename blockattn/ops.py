@@ -179,8 +179,8 @@ def _(grad_out, q, k, v, offsets, sinu_pos, block_size, scale, rotate_v, max_seq
 
 def _fast_backward(ctx, grad_out):
     q, k, v, offsets, sinu_pos = ctx.saved_tensors
-    dq, dk, dv = _attention_fast_bwd_op(grad_out, q, k, v, offsets, sinu_pos, *ctx.args)
-    return dq, dk, dv, None, None, None, None, None, None
+    grads = _attention_fast_bwd_op(grad_out, q, k, v, offsets, sinu_pos, *ctx.args)
+    return (*grads, None, None, None, None, None, None)
 
 
 _attention_fast_fwd_op.register_autograd(_fast_backward, setup_context=_setup_context)
@@ -376,8 +376,11 @@ def block_attention(
     elif offsets is None:
         raise TypeError("offsets is required unless q, k, v are torch.nested jagged tensors")
     sm_scale = _checked_scale(q, k, v, offsets, block_size, scale, sinu_pos, rotate_v, max_seq_len)
-    op = _attention_fwd_op if precision == "accurate" else _attention_fast_fwd_op
-    out = op(q, k, v, offsets, sinu_pos, block_size, sm_scale, bool(rotate_v), max_seq_len)
+    out = _attention_fwd_op(
+        q, k, v, offsets, sinu_pos, block_size, sm_scale, bool(rotate_v), max_seq_len
+    ) if precision == "accurate" else _attention_fast_fwd_op(
+        q, k, v, offsets, sinu_pos, block_size, sm_scale, bool(rotate_v), max_seq_len
+    )
     if nested:
         return torch.nested.nested_tensor_from_jagged(out, offsets)
     return out

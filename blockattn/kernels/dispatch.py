@@ -21,9 +21,10 @@ from blockattn.kernels.tiles import TileTable
 try:  # written against triton 3.6's Gluon Hopper API; another triton may lack it
     from blockattn.kernels import attention_gluon as G
     from blockattn.kernels import attention_gluon_rotary as GR
+    from blockattn.kernels import attention_gluon_rotary_fast as GF
     from blockattn.kernels import attention_gluon_rotary_fwd as GRF
 except ImportError as exc:
-    G = GR = GRF = None
+    G = GR = GRF = GF = None
     _NO_GLUON = f"this triton's Gluon lacks what the path uses ({exc})"
 
 
@@ -39,6 +40,23 @@ def _fast(precision: str) -> bool:
     if precision not in PRECISIONS:
         raise ValueError(f"precision={precision!r}: expected one of {', '.join(PRECISIONS)}")
     return precision == "fast"
+
+
+def gluon_fast(kernel: str, q: Tensor, sinu_pos: Tensor | None, block_size: int,
+               tensors: tuple[Tensor, ...]) -> bool:
+    """Whether the Gluon fast-mode kernels (attention_gluon_rotary_fast) run this fast-mode
+    launch: as gluon_bwd, BLOCKATTN_KERNEL_PATH=gluon forces them (raising where they cannot
+    run), prefer-gluon takes them wherever they can run, "auto" on sm_90 for the (kernel,
+    rotary, head dim) in their CONFIGS; any other path runs the portable fast kernels."""
+    want = _wanted()
+    if want not in ("auto", "gluon", "prefer-gluon"):
+        return False
+    if want == "auto" and (INTERPRET or GF is None or (kernel, sinu_pos is not None,
+                                                       q.shape[2]) not in GF.CONFIGS):
+        return False
+    why = _NO_GLUON if GF is None else GF.unsupported(q, sinu_pos, block_size)
+    return _gluon_runs(why, want, f"fast {'rotary ' if sinu_pos is not None else ''}{kernel}",
+                       q, tensors)
 
 
 def _wanted() -> str:
@@ -165,6 +183,8 @@ def attention_fwd(q: Tensor, k: Tensor, v: Tensor, table: TileTable, sinu_pos: T
     """Forward launch on validated inputs (unit stride along D). Returns O (T, H, D)."""
     o = torch.empty(q.shape, dtype=q.dtype, device=q.device) if out is None else out
     if _fast(precision):
+        if sinu_pos is not None and gluon_fast("fwd", q, sinu_pos, block_size, (q, k, v, o)):
+            return GF.launch_fwd(q, k, v, o, table, sinu_pos, scale, rotate_v)
         return portable.launch_fwd(q, k, v, table, sinu_pos, scale, block_size, rotate_v, o,
                                    fast=True)
     if gluon_fwd(q, sinu_pos, block_size, (q, k, v, o)):
@@ -191,6 +211,8 @@ def attention_bwd(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor, table: Tile
     if grads is None:
         grads = tuple(torch.empty(q.shape, dtype=q.dtype, device=q.device) for _ in range(3))
     if _fast(precision):
+        if gluon_fast("bwd", q, sinu_pos, block_size, (q, k, v, grad_out, *grads)):
+            return GF.launch_bwd(q, k, v, grad_out, grads, table, sinu_pos, scale, rotate_v)
         return portable.launch_bwd(q, k, v, grad_out, table, sinu_pos, scale, block_size,
                                    rotate_v, grads, fast=True)
     if gluon_bwd(q, sinu_pos, block_size, centred, (q, k, v, grad_out, *grads)):

@@ -12,19 +12,22 @@ Groups:
 - "rotary": anchors inside `_rotate`, `_load_sinu`, `_store` and the rotation call sites. Those
   functions are the ones most often edited (register-pressure work), so their anchors are kept
   apart and re-checked on every test run.
+- "precision" also holds the fast precision mode's own bugs (`fast_bugs.py`; killed by that
+  mode's tests, since the gate judges the accurate kernel).
 `ci = True` marks the subset CPU CI runs on every push (one per bug class, cheap to kill).
 """
 
 from __future__ import annotations
 
 from blockattn.mutants.contract_bugs import CONTRACT
+from blockattn.mutants.fast_bugs import FAST
 from blockattn.mutants.isolation_bugs import ISOLATION
 from blockattn.mutants.kernel_bugs import CORE, ROTARY
 from blockattn.mutants.mutant import Mutant
 from blockattn.mutants.precision import PRECISION
 from blockattn.mutants.suite import SUITE
 
-MUTANTS: tuple[Mutant, ...] = CORE + ROTARY + PRECISION + SUITE + CONTRACT + ISOLATION
+MUTANTS: tuple[Mutant, ...] = CORE + ROTARY + PRECISION + FAST + SUITE + CONTRACT + ISOLATION
 
 
 def by_name(names: list[str] | None = None) -> list[Mutant]:

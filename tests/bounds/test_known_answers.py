@@ -409,3 +409,50 @@ def test_forward_terms_with_an_uneven_softmax(D: int, cls: str, part: str) -> No
         block_size=b,
     )
     np.testing.assert_allclose(got["O"].double().numpy(), want, rtol=RTOL, atol=0)
+
+
+# --- the fast precision mode's model (proposed files v6, v7) --------------------------------
+def expected_fast_model(dtype: str) -> dict[str, dict[str, float]]:
+    """fp32-rounded-operands as ERROR_ANALYSIS.md §2 states it: the rotated q/k/v, P and dS
+    rounded once to the input dtype (u_in, eta_in); the FP32 rotation 2u_fp32; nothing else
+    rounded in the input dtype (P_bwd, V_dP, dP, Di_from_O 0); gradients rotated back in FP32."""
+    ui, ei = _u_eta(dtype)
+    return {
+        "u": dict(rot=ui + 2 * UF, S=UF, softmax=4 * UF, P_gemm=ui, P_bwd=0.0, V_dP=0.0, dP=0.0,
+                  Di_from_O=0.0, dS_gemm=ui, grad_rot=2 * UF, io=ui, acc=2 * UF),
+        "eta": dict(rot=ei, S=0.0, softmax=TINY, P_gemm=ei, P_bwd=0.0, V_dP=0.0, dP=0.0,
+                    Di_from_O=0.0, dS_gemm=ei, grad_rot=0.0, io=ei, acc=TINY),
+    }
+
+
+@pytest.mark.parametrize("version", ["v6", "v7"])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_proposed_files_add_the_fast_model_with_the_derived_constants(version: str,
+                                                                       dtype: str) -> None:
+    """v6 / v7 hold the released models unchanged plus fp32-rounded-operands, whose constants
+    are the test's own; blockattn's rule is unchanged."""
+    tol = tolerances.load(tolerances.default_tolerance_dir() / f"{version}.toml")
+    want_all = {**expected_models(dtype), "fp32-rounded-operands": expected_fast_model(dtype)}
+    assert set(tol.data["models"]) == set(want_all)
+    for name, want in want_all.items():
+        model = models.parse(name, tol.data["models"][name], name)
+        assert model.c == 2.0, f"{version} {name}: c"
+        got = model.resolve(dtype)
+        for part in ("u", "eta"):
+            for cls in CLASSES:
+                assert got[part][cls] == want[part][cls], f"{version} {name} {part}.{cls}"
+    assert tol.rules["blockattn"]["model"] == "fp32-split-operands"
+    assert tol.rules["blockattn_fast"]["model"] == "fp32-rounded-operands"
+
+
+@pytest.mark.parametrize("dtype", [
+    "bfloat16", *(pytest.param(d, marks=pytest.mark.slow) for d in ("float16", "float32"))])
+@pytest.mark.parametrize("ds", DESIGNS, ids=_ids)
+def test_fast_model_whole(ds: Design, dtype: str) -> None:
+    """The fast model's whole bound against the derivation with the test's own constants."""
+    m = expected_fast_model(dtype)
+    (got,) = oracle(ds, dtype, [m])
+    want = derive(ds, m["u"], m["eta"])
+    for out in ("O", "dQ", "dK", "dV"):
+        np.testing.assert_allclose(got[out], want[out], rtol=RTOL, atol=0,
+                                   err_msg=f"fp32-rounded-operands on {out}")
