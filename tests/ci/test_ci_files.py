@@ -46,7 +46,8 @@ def _blockattn_calls(script: str) -> list[list[str]]:
 
 
 def test_both_workflows_exist_and_parse() -> None:
-    assert {p.name for p in WORKFLOWS} == {"cpu.yml", "gpu.yml", "gpu-multi.yml"}
+    assert {p.name for p in WORKFLOWS} == {"cpu.yml", "gpu.yml", "gpu-multi.yml",
+                                           "fuzz-campaign.yml"}
     for p in WORKFLOWS:
         doc = yaml.safe_load(p.read_text())
         assert doc["jobs"] and all(job["steps"] for job in doc["jobs"].values())
@@ -57,7 +58,7 @@ def test_blockattn_commands_exist_and_parse(path: Path) -> None:
     parser = cli.build_parser()
     for script in _scripts(yaml.safe_load(path.read_text())):
         for argv in _blockattn_calls(script):
-            args = [re.sub(r"\$\{?\w+\}?", "x", a) for a in argv]  # shell vars: any value
+            args = [re.sub(r"\$\{?\w+\}?", "1", a) for a in argv]  # shell vars: any value
             parser.parse_args(args)  # SystemExit on an unknown command or option
 
 
@@ -162,3 +163,15 @@ def test_gpu_work_summary_fails_when_a_gpu_idled(tmp_path: Path, idle_second: bo
     assert ok is (not idle_second)
     assert ("NOT every GPU" in text) is idle_second
     assert "| 1 (bbbb2222) | NVIDIA H200 | gw1 |" in text
+
+
+def test_fuzz_campaign_is_a_matrix_of_cost_shards_merged_once() -> None:
+    doc = yaml.safe_load((REPO / "ci" / "workflows" / "fuzz-campaign.yml").read_text())
+    matrix = doc["jobs"]["shard"]["strategy"]["matrix"]["shard"]
+    assert matrix == list(range(1, int(doc["env"]["SHARDS"]) + 1))
+    assert doc["jobs"]["shard"]["strategy"]["fail-fast"] is False
+    calls = [c for s in _scripts(doc) for c in _blockattn_calls(s)]
+    assert [c[0] for c in calls] == ["run", "merge", "gate"]
+    assert {"--shard", "--shard-costs", "--fuzz-only", "--no-contract"} <= set(calls[0])
+    assert "--report" in calls[2] and "--no-contract" not in calls[2]  # the battery, once
+    assert doc["jobs"]["merge"]["needs"] == "shard" and doc["jobs"]["merge"]["if"] == "always()"
