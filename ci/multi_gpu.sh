@@ -14,7 +14,8 @@
 # Usage: bash ci/multi_gpu.sh OUT [extra pytest args...]; exits non-zero if anything failed.
 # Knobs (environment): WORKERS (default: ci/xdist_plan.py workers), TEST_COSTS (a cost table,
 # default ci/baselines/test_costs_gpu.json where it exists), GATE_SHARDS (default 2 per GPU),
-# SHARD_COSTS (default: the baseline report's per-case seconds), TOL, BASELINE.
+# SHARD_COSTS (default: the baseline report's per-case seconds), SEED (the gate's fuzz seed,
+# one for all shards; default drawn here and printed in timing.md), TOL, BASELINE.
 set -uo pipefail
 OUT=${1:?usage: ci/multi_gpu.sh OUT [pytest args...]}
 shift
@@ -25,6 +26,9 @@ WORKERS=${WORKERS:-$(python3 ci/xdist_plan.py workers --gpus "$N")}
 GATE_SHARDS=${GATE_SHARDS:-$((2 * N))}
 SHARD_COSTS=${SHARD_COSTS:-$BASELINE}
 TEST_COSTS=${TEST_COSTS:-ci/baselines/test_costs_gpu.json}
+# One fuzz seed for every shard: a gate draws its own otherwise, and shards of different plans
+# neither partition one plan nor merge (merge refuses shards run with other options).
+SEED=${SEED:-$(python3 -c 'import secrets; print(secrets.randbelow(2**31))')}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 mkdir -p "$OUT/workers"
 nvidia-smi --query-gpu=index,uuid,name --format=csv,noheader > "$OUT/gpus.csv"
@@ -52,7 +56,7 @@ python3 ci/xdist_plan.py costs "$OUT/workers" "$OUT/test_costs.json" || true
 pids=()
 for i in $(seq 1 "$GATE_SHARDS"); do
   CUDA_VISIBLE_DEVICES=$(((i - 1) % N)) python3 -m blockattn gate --tolerances "$TOL" \
-      --shard "$i/$GATE_SHARDS" --shard-costs "$SHARD_COSTS" --out "$OUT/shard-$i" \
+      --seed "$SEED" --shard "$i/$GATE_SHARDS" --shard-costs "$SHARD_COSTS" --out "$OUT/shard-$i" \
       --no-progress > "$OUT/shard-$i.log" 2>&1 &
   pids+=($!)
 done
@@ -72,7 +76,7 @@ kill $SMI 2>/dev/null
   echo "| phase | configuration | s |"
   echo "|---|---|---:|"
   echo "| GPU test tier | pytest -n $WORKERS ${XDIST[*]} ($((WORKERS / N)) a GPU), $ORDER_DESC | $((t1 - t0)) |"
-  echo "| gate | $GATE_SHARDS shards balanced by $SHARD_COSTS, $((GATE_SHARDS / N)) a GPU | $((t2 - t1)) |"
+  echo "| gate | $GATE_SHARDS shards balanced by $SHARD_COSTS, $((GATE_SHARDS / N)) a GPU, fuzz seed $SEED | $((t2 - t1)) |"
   echo "| merge + gate --report | against $BASELINE | $((t3 - t2)) |"
 } > "$OUT/timing.md"
 cat "$OUT/timing.md"
