@@ -187,6 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         table = merge_durations(a.worker_dir)
         Path(a.out).write_text(json.dumps(table, indent=1) + "\n")
         print(f"{len(table['tests'])} tests, {table['total_s']:.0f} s in all -> {a.out}")
+        return 0 if table["tests"] else 1
     else:
         text, ok = scaling_table(json.loads(Path(a.runs_json).read_text()))
         print(text)
