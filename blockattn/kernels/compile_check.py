@@ -25,7 +25,10 @@ under its register cap MAX_REGISTERS), and spill no more than its measured budge
 (attention_gluon_rotary.ACCEPTED_SPILL_BYTES; 0 B where it has none). The Gluon
 fused-rotary forward (attention_gluon_rotary_fwd, "fwd-*-rot*-gluon", the 16-bit default on
 sm_90) is gated the same way at 0 B, built with its launch's register cap (MAX_REGISTERS) and
-held to the CTAs per SM its launch puts (PROGRAMS_PER_SM).
+held to the CTAs per SM its launch puts (PROGRAMS_PER_SM). The fast precision mode's Gluon
+kernels (attention_gluon_rotary_fast, names ending "-gfast": the rotary forward, the rotary and
+plain backward, the sm_90 default of precision="fast") are gated the same way at 0 B, with the
+caps and CTAs per SM of their CONFIGS.
 
 The build must not see TRITON_INTERPRET=1: under it `@triton.jit` returns interpreter functions
 and `attention.INTERPRET` turns on the CPU shims. So the compiles always run in fresh worker
@@ -61,8 +64,10 @@ ROTARY_MODES = ("off", "rot", "rot-qk")
 # hopper: the opt-in Triton TMA path, sm_90, 16-bit inputs only; gluon: the Gluon backward
 # (attention_gluon), sm_90, 16-bit, plain, and the fused-rotary one
 # (attention_gluon_rotary._bwd_rot_kernel), and the fused-rotary forward
-# (attention_gluon_rotary_fwd); gluon2: the plain two-chain kernel (_bwd_kernel_ws)
-PATHS = ("portable", "hopper", "gluon", "gluon2")
+# (attention_gluon_rotary_fwd); gluon2: the plain two-chain kernel (_bwd_kernel_ws); gfast: the
+# fast precision mode's Gluon kernels (attention_gluon_rotary_fast: rotary forward, rotary and
+# plain backward), the sm_90 default of precision="fast"
+PATHS = ("portable", "hopper", "gluon", "gluon2", "gfast")
 TMA_OPCODE = "cp.async.bulk.tensor"
 TARGETS = {"sm_90": 90, "sm_100": 100}
 MMA_OPCODE = {90: "wgmma.mma_async", 100: "tcgen05.mma"}
@@ -129,7 +134,8 @@ def all_variants() -> list[Variant]:
         for d in HEAD_DIMS
         for r in ROTARY_MODES
         if not (p == "hopper" and dt == "fp32")  # the Hopper path takes 16-bit inputs only
-        and not (p.startswith("gluon") and dt == "fp32")
+        and not ((p.startswith("gluon") or p == "gfast") and dt == "fp32")
+        and not (p == "gfast" and k == "fwd" and r == "off")  # the plain fast fwd: portable
         # the Gluon forward is the fused-rotary one only (attention_gluon_rotary_fwd)
         and not (p.startswith("gluon") and k == "fwd" and (p == "gluon2" or r == "off"))
         and not (p == "gluon2" and r != "off")  # fused rotary: one chain per CTA
@@ -245,7 +251,7 @@ def _compile_one(variant: Variant, target: str, overrides: dict[str, Any] | None
         raise RuntimeError("compile-check worker imported blockattn with TRITON_INTERPRET=1")
     arch = TARGETS[target]
     res = Result(variant=variant.name, target=target)
-    if variant.path.startswith("gluon"):
+    if variant.path.startswith("gluon") or variant.path == "gfast":
         return _compile_gluon(variant, target, res, overrides, built)
     hopper = variant.path == "hopper"
     if hopper:
@@ -354,12 +360,15 @@ def _compile_gluon(variant: Variant, target: str, res: Result,
 
     from blockattn.kernels import attention_gluon as G
     from blockattn.kernels import attention_gluon_rotary as GR
+    from blockattn.kernels import attention_gluon_rotary_fast as GF
     from blockattn.kernels import attention_gluon_rotary_fwd as GRF
 
     two = variant.path == "gluon2"
+    fast = variant.path == "gfast"
     rotary = variant.rotary != "off"
     fwd = variant.kernel == "fwd"
-    fn = (GRF._fwd_rot_kernel if fwd else GR._bwd_rot_kernel if rotary
+    fn = (GF._fwd_fast_kernel if fast and fwd else GF._bwd_fast_kernel if fast
+          else GRF._fwd_rot_kernel if fwd else GR._bwd_rot_kernel if rotary
           else G._bwd_kernel_ws if two else G._bwd_kernel)
     gdt = {"bf16": gl.bfloat16, "fp16": gl.float16}[variant.dtype]
     lay = gl.NVMMASharedLayout.get_default_for([G.BLOCK, variant.head_dim], gdt)
@@ -389,8 +398,11 @@ def _compile_gluon(variant: Variant, target: str, res: Result,
             raise RuntimeError(f"{fn.__name__}: argument {name} unknown to compile-check")
     num_warps = 4
     constexprs: dict[str, Any] = dict(H=N_HEADS, num_warps=num_warps)
-    if not fwd:
+    if not fwd and not fast:
         constexprs["IS_BF16"] = variant.dtype == "bf16"
+    if fast and not fwd:
+        constexprs["ROTARY"] = rotary
+        constexprs["ROTATE_V"] = variant.rotary == "rot"
     if two:
         constexprs["WORKER_REGS"] = G.WORKER_REGS
     if rotary:
@@ -398,7 +410,9 @@ def _compile_gluon(variant: Variant, target: str, res: Result,
     src = GluonASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
     res.num_warps = 2 * num_warps if two else num_warps  # the worker warpgroup counts too
     options: dict[str, Any] = {"num_warps": num_warps}
-    caps = GRF.MAX_REGISTERS if fwd else GR.MAX_REGISTERS if rotary else {}
+    fast_ctas, fast_cap = GF.CONFIGS.get((variant.kernel, rotary, variant.head_dim), (2, None))
+    caps = ({variant.head_dim: fast_cap} if fast and fast_cap else {} if fast
+            else GRF.MAX_REGISTERS if fwd else GR.MAX_REGISTERS if rotary else {})
     if variant.head_dim in caps:  # the launch's register cap
         options["maxnreg"] = caps[variant.head_dim]
     kernel = _build(src, TARGETS[target], options, res, overrides)
@@ -412,7 +426,7 @@ def _compile_gluon(variant: Variant, target: str, res: Result,
         res.failures.append(f"no {MMA_OPCODE[90]} in the PTX")
     if not res.mma_counts[TMA_OPCODE]:
         res.failures.append(f"no {TMA_OPCODE} (TMA) in the Gluon path's PTX")
-    if rotary and not fwd:  # its measured budget (GR.ACCEPTED_SPILL_BYTES), else 0 B
+    if rotary and not fwd and not fast:  # its measured budget (GR.ACCEPTED_SPILL_BYTES), else 0
         key = (variant.dtype, variant.head_dim, variant.rotary == "rot")
         res.accepted_spill_bytes = GR.ACCEPTED_SPILL_BYTES.get(key, 0)
     if max(res.spill_stores or 0, res.spill_loads or 0) > res.accepted_spill_bytes:
@@ -420,7 +434,7 @@ def _compile_gluon(variant: Variant, target: str, res: Result,
                             f"({res.registers} registers; accepted: {res.accepted_spill_bytes} B)")
     if res.smem + res.static_smem > MAX_SMEM_PER_CTA:
         res.failures.append(f"shared memory {res.smem} B > {MAX_SMEM_PER_CTA} B per CTA")
-    want = (1 if two else GRF.PROGRAMS_PER_SM[variant.head_dim] if fwd
+    want = (fast_ctas if fast else 1 if two else GRF.PROGRAMS_PER_SM[variant.head_dim] if fwd
             else GR.PROGRAMS_PER_SM[variant.head_dim] if rotary
             else G.PROGRAMS_PER_SM[variant.head_dim])
     if res.ctas_per_sm < want:

@@ -32,7 +32,9 @@ def test_variant_matrix_is_complete() -> None:
     # path (one and two chains): the plain backward in bf16 and fp16 at both head dims; its
     # fused-rotary kernels (one chain, backward and forward) with and without rotate_v
     assert len(names) == len(set(names)) == (2 * 3 * 2 * 3 + 2 * 2 * 2 * 3 + 2 * 2 * 2
-                                             + 2 * 2 * 2 * 2)
+                                             + 2 * 2 * 2 * 2
+                                             + 2 * 2 * 2 + 2 * 2 * 3)  # gfast: fast mode
+    assert "fwd-bf16-d128-rot-gfast" in names and "fwd-bf16-d128-off-gfast" not in names
     assert "fwd-bf16-d128-rot-gluon" in names and "fwd-bf16-d128-rot-gluon2" not in names
     assert "bwd-fp32-d64-rot-qk" in names
     assert "bwd-bf16-d128-rot-hopper" in names and "fwd-fp32-d64-off-hopper" not in names
