@@ -257,6 +257,7 @@ def test_bench_entries_are_the_providers_own_timings() -> None:
     assert set(builtin_entries()) == {
         "blockattn", "blockattn_rotary", "fa2", "fa2_rotary_eager", "fa2_rotary_compiled",
         "sdpa_cudnn", "flex", "eager", "fa4",
+        "blockattn_fast", "blockattn_rotary_fast", "blockattn_rotary_fast_tbl16",  # fast mode
     }  # fmt: skip
     assert {owned[n] for n in ("fa2_rotary_eager", "fa2_rotary_compiled")} == {"fa2"}
     for name, t in builtin_entries().items():

@@ -269,9 +269,16 @@ DTYPE_CONFIGS: dict[tuple[str, bool, int, torch.dtype], LaunchConfig] = {
 
 # The fast precision mode (`precision="fast"`, tile_math._flags): no hi/lo halves, so the
 # accurate mode's register caps and column chunks (sized for the split operands) do not apply;
-# keys (kernel, rotary, head_dim), absent = one program per tile, 4 warps, no cap.
+# keys (kernel, rotary, head_dim), absent = one program per tile, 4 warps, no cap. On sm_90 the
+# fast rotary kernels and the plain fast backward are Gluon (attention_gluon_rotary_fast); these
+# run elsewhere and for inputs TMA cannot walk. The D64 rotary caps were measured faster on an
+# H200 at shape P (results/h200_2026-11-27f/ab_portable_fast/: fwd 1.020 vs 1.102 ms uncapped,
+# 0 B spilled; bwd 1.975 vs 2.316 ms, 12 B spilled); the D128 rotary kernels spill uncapped
+# (docs/known-limits.md) and spilled more, and ran 2-3x slower, at caps of 128 / 168.
 FAST_CONFIGS: dict[tuple[str, bool, int], LaunchConfig] = {
     ("fwd", False, 128): LaunchConfig(4, 1, 0, maxnreg=128),
+    ("fwd", True, 64): LaunchConfig(4, 1, 0, maxnreg=128),
+    ("bwd", True, 64): LaunchConfig(4, 2, 0, maxnreg=168, accepted_spill_bytes=12),
 }
 
 
