@@ -84,3 +84,20 @@ def test_fast_provider_is_declared() -> None:
     tol = tolerances.load(V6)
     assert tol.data["status"] == "proposed"  # not released: judged with --allow-unreleased
     assert tol.model_for("blockattn").name == "fp32-split-operands"  # blockattn's rule as is
+
+
+@pytest.mark.slow  # 8 s under the interpreter: the CI tier's budget for new tests is spent above
+def test_opcheck_fast_ops() -> None:
+    """The fast mode's own custom ops pass opcheck (schema, autograd registration, fake tensor,
+    AOT dispatch), as the accurate ones do (tests/kernels/test_ops_integration.py)."""
+    import blockattn.ops  # noqa: F401  (registers torch.ops.blockattn)
+
+    spec = CaseSpec(seed=4, variant="rotary", lengths=(20, 16), H=1, D=64, dtype="bfloat16")
+    inp = build_inputs(spec)
+    q, k, v = (t.detach().clone().requires_grad_(True) for t in (inp.q, inp.k, inp.v))
+    offsets = inp.offsets.to(torch.int32)
+    args = (q, k, v, offsets, inp.sinu_pos, 64, 0.125, True, None)
+    torch.library.opcheck(torch.ops.blockattn.attention_fast_fwd.default, args)
+    bargs = (inp.grad_out, *(t.detach() for t in (q, k, v)), offsets, inp.sinu_pos, 64, 0.125,
+             True, 20)
+    torch.library.opcheck(torch.ops.blockattn.attention_fast_bwd.default, bargs)
