@@ -26,6 +26,7 @@ import contextlib
 import ctypes
 import dataclasses
 import importlib
+import json
 import os
 import secrets
 import shutil
@@ -109,6 +110,8 @@ class Worker:
         self.proc: subprocess.Popen | None = None
         self.ch: Channel | None = None
         self.info: dict[str, Any] = {}
+        # (what, seconds the judge waited, seconds the worker says the call took) per answer
+        self.costs: list[tuple[str, float, float]] = []
 
     def start(self) -> dict[str, Any]:
         self.spawn()
@@ -170,6 +173,8 @@ class Worker:
         if header.get("fatal"):
             self._wait()
             self.kill()
+        self.costs.append((what.split(" ")[0], time.monotonic() - deadline + limit,
+                           float(header.get("time_s") or 0.0)))  # fmt: skip
         return header, outs
 
     def _wait(self) -> int | None:
@@ -248,6 +253,7 @@ class Sandbox:
         self.strays: list[int] = []
         self.probe_deaths = 0  # consecutive probe calls that ended their worker
         self.spare: Worker | None = None
+        self.finished: list[Worker] = []  # ended workers (their costs)
         if prestart and not in_process:  # spawned now: its imports overlap the judge's start-up
             self.spare = Worker(self.call_timeout, self.scratch, 0)
             self.spare.spawn()
@@ -332,6 +338,7 @@ class Sandbox:
             return self.worker
         if self.worker is not None:
             self.strays += self.worker.kill()
+            self.finished.append(self.worker)
         self.started += 1
         # The first worker is the one spawned with the session; after a failure a fresh one, so
         # that its device check runs after the failure.
@@ -464,6 +471,19 @@ class Sandbox:
 
     # ------------------------------------------------------------------ end
 
+    def cost_summary(self) -> dict[str, dict[str, float]]:
+        """Where the isolation's time went, per kind of request (start, import, call, probe,
+        bench): answers, seconds the judge waited for them, seconds inside the worker's calls.
+        `BLOCKATTN_ISOLATION_COSTS=FILE` writes it at the end of the session."""
+        out: dict[str, dict[str, float]] = {}
+        for w in [*self.finished, self.worker, self.spare]:
+            for what, waited, inside in (w.costs if w is not None else ()):
+                row = out.setdefault(what, {"answers": 0, "waited_s": 0.0, "in_worker_s": 0.0})
+                row["answers"] += 1
+                row["waited_s"] += waited
+                row["in_worker_s"] += inside
+        return out
+
     def end_worker(self) -> list[str]:
         """End the worker and everything it started, before any verdict is written; lines
         naming what had to be killed beyond the worker itself (a kernel's stray processes)."""
@@ -472,6 +492,7 @@ class Sandbox:
             self.spare = None
         if self.worker is not None:
             self.strays += self.worker.kill()
+            self.finished.append(self.worker)
             self.worker = None
         return [f"the kernel left {len(self.strays)} process(es) running outside its worker "
                 f"(pids {self.strays[:5]}); killed"] if self.strays else []  # fmt: skip
@@ -486,6 +507,9 @@ class Sandbox:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     self.worker.proc.wait(timeout=5)
             self.strays += self.worker.kill()
+        if (path := os.environ.get("BLOCKATTN_ISOLATION_COSTS")) and not self.in_process:
+            with contextlib.suppress(OSError):
+                Path(path).write_text(json.dumps(self.cost_summary(), indent=1) + "\n")
         for name, old in self.shadowed.items():
             providers.unregister(name)
             if old is not None and old.origin != "builtin":
