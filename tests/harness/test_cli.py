@@ -35,6 +35,7 @@ def test_run_writes_a_report_directory(tmp_path: Path, capsys) -> None:
             "0",
             "--no-progress",
             "--no-selfcheck",
+            "--no-contract",  # the battery is tested in tests/contract (CI time)
         ]
     )
     assert rc == 0, capsys.readouterr()
@@ -57,6 +58,7 @@ def test_run_writes_a_report_directory(tmp_path: Path, capsys) -> None:
                 "--resume",
                 "--no-progress",
                 "--no-selfcheck",
+                "--no-contract",
             ]
         )
         == 0
@@ -92,6 +94,7 @@ def test_failures_write_a_reproducer_and_replay_reproduces(tmp_path: Path, capsy
             "--allow-unreleased-tolerances",
             "--no-progress",
             "--no-selfcheck",
+            "--no-contract",  # the battery is tested in tests/contract (CI time)
         ]
     )
     err = capsys.readouterr().err

@@ -35,6 +35,9 @@ gpu_only = pytest.mark.skipif(not ON_SM90, reason="the Gluon path runs on sm_90 
 # ----------------------------------------------------------------------------- CPU: build, dispatch
 
 
+# A subset of test_compile_check.test_gluon_builds_spill_free (same builds, same checks):
+# slow tier only, so CI does not compile them twice.
+@pytest.mark.slow
 def test_gluon_builds_for_sm90_without_spills() -> None:
     variants = compile_check.select_variants("bwd-*-off-gluon,bwd-*-off-gluon2")
     assert {v.name for v in variants} == {f"bwd-{dt}-d{d}-off-gluon{c}" for dt in ("bf16", "fp16")

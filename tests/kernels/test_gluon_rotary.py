@@ -31,6 +31,9 @@ ON_SM90 = DEVICE == "cuda" and torch.cuda.get_device_capability() == (9, 0)
 gpu_only = pytest.mark.skipif(not ON_SM90, reason="the Gluon path runs on sm_90 GPUs only")
 
 
+# A subset of test_compile_check.test_gluon_builds_spill_free (same builds, same checks):
+# slow tier only, so CI does not compile them twice.
+@pytest.mark.slow
 def test_gluon_rotary_builds_for_sm90() -> None:
     variants = compile_check.select_variants("*-d64-rot*-gluon,*-fp16-d128-rot-gluon")
     results = compile_check.run_check(variants, ["sm_90"], jobs=2)

@@ -35,6 +35,16 @@ H, D = 2, 64
 LENGTHS = (70, 30)  # one sequence with a full and a partial block, one with a partial block
 T = sum(LENGTHS)
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+# CI time (.ci/run <= 15 min on 2 cores): under the interpreter each opcheck / torch.compile case
+# costs 20-60 s, so the CPU tier keeps one of each kind (bf16, the fuller variant) and the rest
+# run in the slow tier there; on a GPU every case stays in the quick tier.
+_ON_CPU_SLOW = [pytest.mark.slow] if DEVICE == "cpu" else []
+
+
+def _cpu_keeps(first: dict, *keep: str) -> list:
+    """params of `first` (id -> value); ids not in `keep` are slow on CPU."""
+    return [pytest.param(v, id=k, marks=() if k in keep else _ON_CPU_SLOW)
+            for k, v in first.items()]
 
 
 def _offsets(dtype: torch.dtype = torch.int64) -> torch.Tensor:
@@ -79,8 +89,8 @@ def _assert_bitwise(actual: tuple[torch.Tensor, ...], expected: tuple[torch.Tens
 _SINU = {"no-rotary": False, "rotary": True}
 
 
-@pytest.mark.parametrize("rotary", list(_SINU), ids=list(_SINU))
-@pytest.mark.parametrize("dtype", list(DTYPES.values()), ids=list(DTYPES))
+@pytest.mark.parametrize("rotary", _cpu_keeps(_SINU, "rotary"))
+@pytest.mark.parametrize("dtype", _cpu_keeps(DTYPES, "bf16"))
 def test_opcheck_attention_fwd(dtype: torch.dtype, rotary: bool) -> None:
     q, k, v = (t.requires_grad_(True) for t in _qkv(dtype))
     sinu = _sinu() if rotary else None
@@ -90,8 +100,8 @@ def test_opcheck_attention_fwd(dtype: torch.dtype, rotary: bool) -> None:
     torch.library.opcheck(torch.ops.blockattn.attention_fwd.default, args)
 
 
-@pytest.mark.parametrize("rotary", list(_SINU), ids=list(_SINU))
-@pytest.mark.parametrize("dtype", list(DTYPES.values()), ids=list(DTYPES))
+@pytest.mark.parametrize("rotary", _cpu_keeps(_SINU, "rotary"))
+@pytest.mark.parametrize("dtype", _cpu_keeps(DTYPES, "bf16"))
 def test_opcheck_attention_bwd(dtype: torch.dtype, rotary: bool) -> None:
     q, k, v = _qkv(dtype)
     (grad_out,) = _qkv(dtype, seed=1)[:1]
@@ -123,8 +133,9 @@ class _Attention(torch.nn.Module):
         return out.float().square().to(q.dtype)
 
 
-@pytest.mark.parametrize("rotate_v", [True, False], ids=["rotate-v", "rotate-qk"])
-@pytest.mark.parametrize("dtype", list(DTYPES.values()), ids=list(DTYPES))
+@pytest.mark.parametrize("rotate_v", _cpu_keeps({"rotate-v": True, "rotate-qk": False},
+                                                 "rotate-v"))  # fmt: skip
+@pytest.mark.parametrize("dtype", _cpu_keeps(DTYPES, "bf16"))
 def test_compile_fullgraph_matches_eager(dtype: torch.dtype, rotate_v: bool) -> None:
     from torch._dynamo.testing import CompileCounterWithBackend
 
@@ -255,7 +266,7 @@ def _projection_inputs(dtype: torch.dtype, bias: bool = True) -> tuple[torch.Ten
     return x, w, b
 
 
-@pytest.mark.parametrize("dtype", list(DTYPES.values()), ids=list(DTYPES))
+@pytest.mark.parametrize("dtype", _cpu_keeps(DTYPES, "bf16"))
 def test_opcheck_projection_attention_fwd(dtype: torch.dtype) -> None:
     x, w, b = _projection_inputs(dtype)
     proj = torch.addmm(b, x, w).detach().requires_grad_(True)
@@ -263,7 +274,8 @@ def test_opcheck_projection_attention_fwd(dtype: torch.dtype) -> None:
     torch.library.opcheck(torch.ops.blockattn.projection_attention_fwd.default, args)
 
 
-@pytest.mark.parametrize("rotate_v", [True, False], ids=["rotate-v", "rotate-qk"])
+@pytest.mark.parametrize("rotate_v", _cpu_keeps({"rotate-v": True, "rotate-qk": False},
+                                                 "rotate-v"))  # fmt: skip
 def test_opcheck_projection_attention_bwd(rotate_v: bool) -> None:
     x, w, b = _projection_inputs(torch.bfloat16)
     (grad_out,) = _qkv(torch.bfloat16, seed=1)[:1]
@@ -281,7 +293,7 @@ def test_projection_op_rejects_gqa_layout() -> None:
         )
 
 
-@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no-bias"])
+@pytest.mark.parametrize("bias", _cpu_keeps({"bias": True, "no-bias": False}, "bias"))
 def test_compile_projection_fullgraph_matches_eager(bias: bool) -> None:
     from torch._dynamo.testing import CompileCounterWithBackend
 

@@ -65,7 +65,8 @@ def scratch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def _run(out: Path, *extra: str) -> int:
-    return cli.main(["run", "--out", str(out), "--corpus-only", "--no-progress",
+    # --no-contract: the battery is tested in tests/contract (CI time)
+    return cli.main(["run", "--out", str(out), "--corpus-only", "--no-progress", "--no-contract",
                      "--no-selfcheck", "--tolerances", str(TOL.path), *CASES, *extra])  # fmt: skip
 
 
