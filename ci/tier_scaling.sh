@@ -59,12 +59,17 @@ run() {
   wall=$(python3 -c "print(round($t1 - $t0, 1))")
   result=$(tail -n 1 "$OUT/$name.log" | tr -d '=' | sed 's/^ *//; s/ *$//')
   echo "   exit $rc in $wall s: $result"
-  python3 - "$OUT/runs.json" "$name" "$gpus" "$workers" "$order" "$wall" "$rc" "$result" <<'EOF'
+  local done_n
+  done_n=$(cat "$OUT/${name}_workers"/*.durations.jsonl 2>/dev/null | wc -l)
+  python3 - "$OUT/runs.json" "$name" "$gpus" "$workers" "$order" "$wall" "$rc" "$result" "$done_n" <<'EOF'
 import json, sys
-path, name, gpus, workers, order, wall, rc, result = sys.argv[1:]
+path, name, gpus, workers, order, wall, rc, result, done_n = sys.argv[1:]
 runs = json.load(open(path))
+if rc != "0":
+    result = f"exit {rc}, {done_n} tests ended: {result}"[:200]
 runs.append({"name": name, "gpus": int(gpus), "workers": int(workers), "order": order,
-             "wall_s": float(wall), "exit": int(rc), "ok": rc == "0", "result": result})
+             "wall_s": float(wall), "exit": int(rc), "ok": rc == "0", "tests_ended": int(done_n),
+             "result": result})
 json.dump(runs, open(path, "w"), indent=1)
 EOF
 }

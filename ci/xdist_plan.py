@@ -120,9 +120,24 @@ def order_items(items: list[Any], env: dict[str, str] | None = None) -> bool:
     return True
 
 
+def append_duration(log_dir: str | Path, worker: str, nodeid: str, seconds: float) -> None:
+    """One line of DIR/<worker>.durations.jsonl as each test ends (conftest's teardown hook)."""
+    Path(log_dir).mkdir(parents=True, exist_ok=True)
+    with (Path(log_dir) / f"{worker}.durations.jsonl").open("a") as f:
+        f.write(json.dumps({"test": nodeid, "s": round(seconds, 4)}) + "\n")
+
+
 def merge_durations(worker_dir: str | Path) -> dict[str, Any]:
-    """The cost table of a run: every worker's per-test seconds (BLOCKATTN_WORKER_LOG files)."""
+    """The cost table of a run: every worker's per-test seconds (BLOCKATTN_WORKER_LOG files:
+    the lines written as tests end, then the session-end files where the run finished)."""
     tests: dict[str, float] = {}
+    for f in sorted(Path(worker_dir).glob("*.durations.jsonl")):
+        for line in f.read_text().splitlines():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:  # a line cut by a kill
+                continue
+            tests[row["test"]] = float(row["s"])
     for f in sorted(Path(worker_dir).glob("*.json")):
         tests.update(json.loads(f.read_text()).get("durations", {}))
     return {"unit": "seconds per test node id (setup + call + teardown)",

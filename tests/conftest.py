@@ -69,6 +69,11 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if report.when == "call" and not report.skipped:
         _RAN.append(report.nodeid)
     _SECONDS[report.nodeid] = _SECONDS.get(report.nodeid, 0.0) + report.duration
+    log_dir = os.environ.get("BLOCKATTN_WORKER_LOG")
+    if log_dir and report.when == "teardown" and os.environ.get("PYTEST_XDIST_WORKER"):
+        # One line per test as it ends: a run killed by its time limit still leaves its times.
+        _xdist_plan.append_duration(log_dir, os.environ["PYTEST_XDIST_WORKER"], report.nodeid,
+                                    _SECONDS[report.nodeid])  # fmt: skip
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

@@ -69,6 +69,12 @@ def test_cost_table_from_worker_logs_and_conftest_orders_by_it(tmp_path: Path) -
     table = json.loads((tmp_path / "costs.json").read_text())
     assert table["tests"] == {here + names[0]: 0.5, here + names[1]: 9.0}
     assert table["total_s"] == 9.5
+    # A run killed by its limit leaves the lines of the tests that ended (a cut line skipped).
+    xp.append_duration(logs, "gw2", "tests/x.py::t", 1.25)
+    with (logs / "gw2.durations.jsonl").open("a") as f:
+        f.write('{"test": "tests/x.py::cut", "s"')
+    assert xp.merge_durations(logs)["tests"]["tests/x.py::t"] == 1.25
+    assert "tests/x.py::cut" not in xp.merge_durations(logs)["tests"]
     env = {**os.environ, xp.COSTS_ENV: str(tmp_path / "costs.json"), "CUDA_VISIBLE_DEVICES": ""}
     out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q",
                           "-p", "no:cacheprovider", "tests/ci/test_xdist_plan.py"], cwd=REPO,
