@@ -23,20 +23,27 @@ if TYPE_CHECKING:
     from blockattn.cases.spec import CaseSpec
 
 
+def _file(path: str | Path) -> Path:
+    """The file a cost table is read from: itself, or a report directory's report.json (else
+    its results.jsonl)."""
+    p = Path(path)
+    if p.is_dir():
+        for name in ("report.json", "results.jsonl"):
+            if (p / name).is_file():
+                return p / name
+        raise ValueError(f"--shard-costs {p}: no report.json or results.jsonl in it")
+    return p
+
+
 def digest(path: str | Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    return hashlib.sha256(_file(path).read_bytes()).hexdigest()
 
 
 def load_costs(path: str | Path) -> dict[str, float]:
     """Seconds per case id from a report.json (cases[].wall_s), a results.jsonl (wall_s per
     line), a report directory holding either, or a JSON object {case_id: s} (optionally under
     "costs"). Raises ValueError when the file holds no cost."""
-    p = Path(path)
-    if p.is_dir():
-        for name in ("report.json", "results.jsonl"):
-            if (p / name).is_file():
-                return load_costs(p / name)
-        raise ValueError(f"--shard-costs {p}: no report.json or results.jsonl in it")
+    p = _file(path)
     text = p.read_text()
     costs: dict[str, float] = {}
     if p.suffix == ".jsonl":

@@ -43,6 +43,8 @@ def test_cost_tables_load_from_reports_results_and_mappings(tmp_path: Path) -> N
     (tmp_path / "r" / "results.jsonl").write_text(
         "".join(json.dumps({"case_id": r["case_id"], "wall_s": r["wall_s"]}) + "\n" for r in rows))
     assert shard_costs.load_costs(tmp_path / "r") == {r["case_id"]: r["wall_s"] for r in rows}
+    # A report directory (e.g. a previous campaign's merged one): its file's digest.
+    assert shard_costs.digest(tmp_path / "r") == shard_costs.digest(tmp_path / "r/results.jsonl")
     (tmp_path / "t.json").write_text(json.dumps({"costs": {"a": 1.5, "b": 2}}))
     assert shard_costs.load_costs(tmp_path / "t.json") == {"a": 1.5, "b": 2.0}
     (tmp_path / "empty.json").write_text("{}")
