@@ -105,3 +105,16 @@ def test_a_failed_run_does_not_count(ok: bool) -> None:
     runs = [{"name": "1", "gpus": 1, "workers": 12, "wall_s": 200.0},
             {"name": "2", "gpus": 2, "workers": 24, "wall_s": 100.0, "ok": ok}]  # fmt: skip
     assert xp.scaling_table(runs)[1] is (True if ok else None)
+
+
+def test_several_workers_a_gpu_share_the_gpus_evenly(monkeypatch: pytest.MonkeyPatch) -> None:
+    """gwK -> GPU K mod n (blockattn/run/env.py): 24 workers on 2 GPUs put 12 on each."""
+    from blockattn.run import env
+
+    monkeypatch.setattr("torch.cuda.is_initialized", lambda: False)  # as in a fresh worker
+    pinned = []
+    for k in range(24):
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+        monkeypatch.setenv("PYTEST_XDIST_WORKER", f"gw{k}")
+        pinned.append(env.pin_xdist_worker_gpu())
+    assert pinned.count("0") == pinned.count("1") == 12
