@@ -109,9 +109,10 @@ class _Chain:
 
     def forward(self, q, aq, eq, k, ak, ek, v, av, ev, key_valid):
         m, sc, D = self.m, self.scale, q.shape[-1]
+        asc = abs(sc)  # magnitudes and errors scale with |scale| (a negative scale is valid)
         s = sc * (q @ k.transpose(-1, -2))
-        a_qk = sc * (aq @ ak.transpose(-1, -2))
-        e_s = sc * (_mm(eq, ak.transpose(-1, -2)) + _mm(aq, ek.transpose(-1, -2)))
+        a_qk = asc * (aq @ ak.transpose(-1, -2))
+        e_s = asc * (_mm(eq, ak.transpose(-1, -2)) + _mm(aq, ek.transpose(-1, -2)))
         e_s = e_s + D * (m["u.acc"] * a_qk + m["eta.acc"]) + _rounding(s, m, "S")
         p = masked_softmax(s, key_valid)
         e_s = e_s.masked_fill(~key_valid, 0.0)
@@ -131,6 +132,7 @@ class _Chain:
 
     def backward(self, q, aq, eq, k, ak, ek, v, av, ev, do):
         m, sc, D, bs = self.m, self.scale, q.shape[-1], self.bs
+        asc = abs(sc)
         _s, p, e_p, e_pg, o, e_o = self.saved
         ado = do.abs()
         dv = p.transpose(-1, -2) @ do
@@ -161,9 +163,9 @@ class _Chain:
         e_dsg = e_ds + _rounding(ds, m, "dS_gemm")
         ads = ds.abs()
         dq = sc * (ds @ k)
-        e_dq = sc * (_mm(e_dsg, ak) + _mm(ads, ek) + bs * (m["u.acc"] * (ads @ ak) + m["eta.acc"]))
+        e_dq = asc * (_mm(e_dsg, ak) + _mm(ads, ek) + bs * (m["u.acc"] * (ads @ ak) + m["eta.acc"]))
         dk = sc * (ds.transpose(-1, -2) @ q)
-        e_dk = sc * (
+        e_dk = asc * (
             _mm(e_dsg.transpose(-1, -2), aq)
             + _mm(ads.transpose(-1, -2), eq)
             + bs * (m["u.acc"] * (ads.transpose(-1, -2) @ aq) + m["eta.acc"])
