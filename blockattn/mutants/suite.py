@@ -201,4 +201,14 @@ SUITE: tuple[Mutant, ...] = (
         tests=("tests/plugin/test_pytest_plugin.py::"
                "test_a_refusal_its_supports_did_not_declare_fails_not_skips",),
     ),
+    Mutant(
+        "suite-bound-signed-scale",
+        "suite",
+        ERROR_BOUND,
+        "asc = abs(sc)  # magnitudes and errors scale with |scale|",
+        "asc = sc  # magnitudes and errors scale with |scale|",
+        "the logits' bound uses the signed scale: at scale < 0 it shrinks or turns negative (the "
+        "false alarms of results/h200_2026-11-27g: a correct kernel and FA2 judged too tightly)",
+        tests=("tests/bounds/test_negative_scale.py",),
+    ),
 )
