@@ -182,7 +182,8 @@ def test_sm90_only_mutants_are_not_run_elsewhere_and_never_count_as_killed(
     gluon = [m for m in catalog.MUTANTS if m.needs_sm90]
     assert gluon and all(m.file in ("kernels/attention_gluon.py", "kernels/attention_hopper.py",
                                     "kernels/attention_gluon_rotary.py",
-                                    "kernels/attention_gluon_rotary_fwd.py") for m in gluon)
+                                    "kernels/attention_gluon_rotary_fwd.py",
+                                    "kernels/attention_gluon_rotary_fast.py") for m in gluon)
     ptx = [m for m in catalog.MUTANTS if m.needs_gpu]
     assert ptx and all(m.file == "kernels/tile_math.py" and "$" in m.anchor for m in ptx)
     if runner.on_sm90():
