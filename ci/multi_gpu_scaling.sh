@@ -9,7 +9,7 @@
 # Runs from a clean snapshot of the commit (SNAP, made with `git archive`), not the working tree,
 # so that nobody's uncommitted edits are timed.
 #
-#   bash benchmarks/gpu_multi_scaling.sh OUT SNAP LIMIT_S [pytest selection...]
+#   bash ci/multi_gpu_scaling.sh OUT SNAP LIMIT_S [pytest selection...]
 #
 # OUT gets (<= 8 files, the device tool's limit): steps.log, env.log, bench_medians.md,
 # scaling.md, runs.json, test_costs.json, detail.tar.gz (every log, bench dir and worker file).
