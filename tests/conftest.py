@@ -44,6 +44,26 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     ]
 
 
+# CI's budget (`bash .ci/run` <= 15 min on 2 cores): under the interpreter these run in the slow
+# tier (`-m slow`), on a GPU in the quick one. Each has a quick sibling that covers its property:
+# the chunk tests keep one plain and one rotate-qk case, the battery's witness gates keep the
+# faithful, leaky and contiguous-layout kernels (every property has its own battery unit test),
+# compile-check keeps the Gluon builds' spill gate.
+CPU_SLOW = {
+    "tests/kernels/test_attention.py::test_rotary_chunks_match_whole_tile[fp16-rotate-v]",
+    "tests/kernels/test_attention.py::test_rotary_chunks_match_whole_tile[bf16-rotate-qk]",
+    *(f"tests/kernels/test_attention.py::test_rotary_fwd_chunks_match_whole_tile[{dt}-{rv}-{d}]"
+      for dt in ("bf16", "fp16") for rv in ("rotate-v", "rotate-qk") for d in (128, 64)
+      if (dt, rv, d) not in {("bf16", "rotate-v", 128), ("fp16", "rotate-qk", 64)}),
+    *(f"tests/contract/test_battery.py::test_gate_fails_each_broken_promise_and_passes_the_"
+      f"faithful_kernel[{k}]"
+      for k in ("flaky-determinism", "fixed_block-block-size", "scribbler-inputs-untouched")),
+    "tests/kernels/test_compile_check.py::test_subset_builds_with_tensor_cores",
+    "tests/kernels/test_compile_check.py::test_placed_d64_rotary_variants_spill_free",
+}
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects: the marks added here count
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     _xdist_plan.order_items(items)  # BLOCKATTN_TEST_COSTS=FILE: longest first (else a no-op)
     if DEVICE == "cuda":
@@ -52,6 +72,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip_gpu)
+        if item.nodeid in CPU_SLOW:
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session")

@@ -77,7 +77,7 @@ SPACES: dict[str, Space] = {
 
 settings.register_profile(
     "ci",
-    max_examples=3,  # CI time: each draw runs the interpreter (.ci/run <= 15 min on 2 cores)
+    max_examples=2,  # CI time: each draw runs the interpreter (.ci/run <= 15 min on 2 cores)
     derandomize=True,
     deadline=None,
     print_blob=True,
