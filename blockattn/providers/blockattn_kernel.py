@@ -58,6 +58,14 @@ def run(inputs, variant: str) -> dict[str, torch.Tensor]:
         )
         dx, dw, db = torch.autograd.grad(o, (x, w, b), inputs.grad_out)
         return {"O": o.detach(), "dX": dx, "dW": dw, "dbias": db}
+    return run_public(inputs, variant)
+
+
+def run_public(inputs, variant: str, precision: str = "accurate") -> dict[str, torch.Tensor]:
+    """`block_attention` in `precision` on private copies of a case's q, k, v: O and grads."""
+    import blockattn  # lazy, as in run()
+
+    spec = inputs.spec
     q = inputs.q.detach().clone().requires_grad_(True)
     k = inputs.k.detach().clone().requires_grad_(True)
     v = inputs.v.detach().clone().requires_grad_(True)
@@ -71,6 +79,7 @@ def run(inputs, variant: str) -> dict[str, torch.Tensor]:
         sinu_pos=inputs.sinu_pos if variant == "rotary" else None,
         rotate_v=spec.rotate_v,
         max_seq_len=inputs.max_seq_len,
+        precision=precision,
     )
     dq, dk, dv = torch.autograd.grad(o, (q, k, v), inputs.grad_out)
     return {"O": o.detach(), "dQ": dq, "dK": dk, "dV": dv}
@@ -79,32 +88,40 @@ def run(inputs, variant: str) -> dict[str, torch.Tensor]:
 # ----------------------------------------------------------------------------- bench timing
 
 
-def _timed(rotary: bool) -> Callable[[Any], Prepared]:
+def timed_public_op(rotary: bool, precision: str = "accurate",
+                    table_in_input_dtype: bool = False) -> Callable[[Any], Prepared]:  # fmt: skip
     """The public op timed exactly as an outside kernel is (`_timing.kernel_timing`): fwd under
     no_grad with max_seq_len, bwd as autograd's replay. A user who wraps `block_attention` as
-    their own provider reads the same times as this built-in entry (issue 41: within 3 %)."""
+    their own provider reads the same times as this built-in entry (issue 41: within 3 %).
+    `table_in_input_dtype`: the caller's sin/cos table in bf16/fp16 (converted once, untimed)."""
 
     def prepare(case: Any) -> Prepared:
         from blockattn.ops import block_attention  # lazy, as in run()
 
         sinu = case.sinu if rotary else None
+        if sinu is not None and table_in_input_dtype:
+            sinu = sinu.to(case.q.dtype)
 
         def call(q: Any, k: Any, v: Any) -> Any:
             return block_attention(q, k, v, case.offsets, block_size=BLOCK, scale=case.scale,
-                                   sinu_pos=sinu, max_seq_len=case.max_len)  # fmt: skip
+                                   sinu_pos=sinu, max_seq_len=case.max_len,
+                                   precision=precision)  # fmt: skip
 
         def fwd() -> Any:
             with torch.no_grad():
                 return call(case.q, case.k, case.v)
 
         lv = grad_leaves(case)
-        notes = {"fwd/bwd": "the public op (max_seq_len given); bwd: autograd.grad replayed"}
+        op = "the public op" if precision == "accurate" else f"the public op, {precision=}"
+        notes = {"fwd/bwd": f"{op} (max_seq_len given); bwd: autograd.grad replayed"}
+        if table_in_input_dtype:
+            notes["table"] = "sin/cos in the input dtype"
         return replayed(case, call, lv, call(*lv), notes, rotary, fwd)
 
     return prepare
 
 
 TIMINGS = (
-    Timing("blockattn", False, _timed(False), "blockattn Triton kernels, no rotary"),
-    Timing("blockattn_rotary", True, _timed(True), "blockattn, rotary fused in-kernel"),
+    Timing("blockattn", False, timed_public_op(False), "blockattn Triton kernels, no rotary"),
+    Timing("blockattn_rotary", True, timed_public_op(True), "blockattn, rotary fused in-kernel"),
 )
