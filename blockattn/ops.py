@@ -55,6 +55,28 @@ def _check_backend(t: Tensor) -> None:
         )
 
 
+def _launch_fwd(q, k, v, offsets, sinu_pos, block_size, scale, rotate_v, max_seq_len,
+                precision: str) -> Tensor:  # fmt: skip
+    """The body of both forward ops (accurate, fast): layouts, tile table, launch."""
+    _check_backend(q)
+    q, k, v = (_last_dim_contiguous(t) for t in (q, k, v))
+    sinu = None if sinu_pos is None else _last_dim_contiguous(sinu_pos)
+    table = build_tile_table(offsets, q.shape[0], block_size, max_seq_len)
+    return attention_fwd(q, k, v, table, sinu, scale, block_size, rotate_v, precision=precision)
+
+
+def _launch_bwd(grad_out, q, k, v, offsets, sinu_pos, block_size, scale, rotate_v, max_seq_len,
+                precision: str) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
+    """The body of both backward ops: layouts, tile table, poisonable grads, launch."""
+    _check_backend(q)
+    q, k, v, grad_out = (_last_dim_contiguous(t) for t in (q, k, v, grad_out))
+    sinu = None if sinu_pos is None else _last_dim_contiguous(sinu_pos)
+    table = build_tile_table(offsets, q.shape[0], block_size, max_seq_len)
+    grads = tuple(_grad_buffer(tuple(q.shape), q) for _ in range(3))
+    return attention_bwd(q, k, v, grad_out, table, sinu, scale, block_size, rotate_v, grads,
+                         precision=precision)  # fmt: skip
+
+
 @torch.library.custom_op("blockattn::attention_fwd", mutates_args=())
 def _attention_fwd_op(
     q: Tensor,
@@ -67,11 +89,8 @@ def _attention_fwd_op(
     rotate_v: bool,
     max_seq_len: int | None,
 ) -> Tensor:
-    _check_backend(q)
-    q, k, v = (_last_dim_contiguous(t) for t in (q, k, v))
-    sinu = None if sinu_pos is None else _last_dim_contiguous(sinu_pos)
-    table = build_tile_table(offsets, q.shape[0], block_size, max_seq_len)
-    return attention_fwd(q, k, v, table, sinu, scale, block_size, rotate_v)
+    return _launch_fwd(q, k, v, offsets, sinu_pos, block_size, scale, rotate_v, max_seq_len,
+                       "accurate")  # fmt: skip
 
 
 @_attention_fwd_op.register_fake
@@ -92,12 +111,8 @@ def _attention_bwd_op(
     rotate_v: bool,
     max_seq_len: int | None,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    _check_backend(q)
-    q, k, v, grad_out = (_last_dim_contiguous(t) for t in (q, k, v, grad_out))
-    sinu = None if sinu_pos is None else _last_dim_contiguous(sinu_pos)
-    table = build_tile_table(offsets, q.shape[0], block_size, max_seq_len)
-    grads = tuple(_grad_buffer(tuple(q.shape), q) for _ in range(3))
-    return attention_bwd(q, k, v, grad_out, table, sinu, scale, block_size, rotate_v, grads)
+    return _launch_bwd(grad_out, q, k, v, offsets, sinu_pos, block_size, scale, rotate_v,
+                       max_seq_len, "accurate")  # fmt: skip
 
 
 @_attention_bwd_op.register_fake
@@ -138,11 +153,8 @@ def _attention_fast_fwd_op(
     rotate_v: bool,
     max_seq_len: int | None,
 ) -> Tensor:
-    _check_backend(q)
-    q, k, v = (_last_dim_contiguous(t) for t in (q, k, v))
-    sinu = None if sinu_pos is None else _last_dim_contiguous(sinu_pos)
-    table = build_tile_table(offsets, q.shape[0], block_size, max_seq_len)
-    return attention_fwd(q, k, v, table, sinu, scale, block_size, rotate_v, precision="fast")
+    return _launch_fwd(q, k, v, offsets, sinu_pos, block_size, scale, rotate_v, max_seq_len,
+                       "fast")  # fmt: skip
 
 
 @_attention_fast_fwd_op.register_fake
@@ -163,13 +175,8 @@ def _attention_fast_bwd_op(
     rotate_v: bool,
     max_seq_len: int | None,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    _check_backend(q)
-    q, k, v, grad_out = (_last_dim_contiguous(t) for t in (q, k, v, grad_out))
-    sinu = None if sinu_pos is None else _last_dim_contiguous(sinu_pos)
-    table = build_tile_table(offsets, q.shape[0], block_size, max_seq_len)
-    grads = tuple(_grad_buffer(tuple(q.shape), q) for _ in range(3))
-    return attention_bwd(q, k, v, grad_out, table, sinu, scale, block_size, rotate_v, grads,
-                         precision="fast")  # fmt: skip
+    return _launch_bwd(grad_out, q, k, v, offsets, sinu_pos, block_size, scale, rotate_v,
+                       max_seq_len, "fast")  # fmt: skip
 
 
 @_attention_fast_bwd_op.register_fake
