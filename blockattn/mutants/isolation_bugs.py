@@ -55,6 +55,20 @@ ISOLATION: tuple[Mutant, ...] = (
         tests=(f"{RT}::test_catalog_each_adversary_fails_by_name",),
     ),
     Mutant(
+        "isolation-unsealed-file-accepted", "isolation", "run/wire.py",
+        "    if not seals & fcntl.F_SEAL_SHRINK:",
+        "    if False:",
+        "the judge maps a worker's memory file that could still shrink under its reads",
+        tests=("tests/redteam/test_wire.py::test_unsealed_file_is_refused",),
+    ),
+    Mutant(
+        "isolation-reply-not-copied-out", "isolation", "run/wire.py",
+        "    if private:\n        mm = mmap.mmap(",
+        "    private = False\n    if private:\n        mm = mmap.mmap(",
+        "the judge's outputs are views of the worker's memory file, which it can write on",
+        tests=("tests/redteam/test_wire.py::test_sealed_file_is_read_and_copied_out",),
+    ),
+    Mutant(
         "isolation-gate-takes-in-process", "isolation", "commands/gate.py",
         '            and p.get("isolation") != "worker"]',
         '            and p.get("isolation") not in ("worker", "NOT ISOLATED")]',

@@ -112,6 +112,9 @@ class Worker:
         self.info: dict[str, Any] = {}
         # (what, seconds the judge waited, seconds the worker says the call took) per answer
         self.costs: list[tuple[str, float, float]] = []
+        # answers to requests sent without waiting (hello, built-in loads), in order, each with
+        # the check it must pass: read before the next request's answer
+        self.pending: list[tuple[str, Any]] = []
 
     def start(self) -> dict[str, Any]:
         self.spawn()
@@ -133,15 +136,32 @@ class Worker:
             )  # fmt: skip
         theirs.close()
         self.ch = Channel(ours)
-        self.ch.send_request({"op": "hello"})
+        self.send_ahead({"op": "hello"}, "start (imports, device check)", self._hello)
 
-    def handshake(self) -> dict[str, Any]:
-        header, _ = self.ask(None, what="start (imports, device check)")
+    def _hello(self, header: dict[str, Any]) -> None:
         if header.get("check") != 12.0:
             self.kill()
             raise CallFailed(f"the worker's device check failed: {header!r:.200}")
         self.info = header
-        return header
+
+    def handshake(self) -> dict[str, Any]:
+        """Wait for every answer sent ahead (the start's device check first)."""
+        self.settle()
+        return self.info
+
+    def send_ahead(self, msg: dict[str, Any], what: str, check: Any) -> None:
+        """Send a request whose answer is read later, before the next request's (`settle`):
+        the worker imports while the judge builds cases and oracles."""
+        if self.ch is None:
+            raise CallFailed("the worker is gone (killed after an earlier failure)")
+        self.ch.send_request(msg)
+        self.pending.append((what, check))
+
+    def settle(self) -> None:
+        while self.pending:
+            what, check = self.pending.pop(0)
+            header, _ = self._answer(None, (), 0, what, None)
+            check(header)
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -151,6 +171,11 @@ class Worker:
             timeout: float | None = None) -> tuple[dict[str, Any], list[torch.Tensor]]:  # fmt: skip
         """Send a request, wait for its answer under the watchdog; CallFailed on anything else
         than an answer (the worker is then dead: killed with its group)."""
+        self.settle()
+        return self._answer(msg, tensors, max_bytes, what, timeout)
+
+    def _answer(self, msg: dict[str, Any] | None, tensors: list[torch.Tensor], max_bytes: int,
+                what: str, timeout: float | None) -> tuple[dict[str, Any], list[torch.Tensor]]:
         if self.ch is None:
             raise CallFailed("the worker is gone (killed after an earlier failure)")
         limit = self.call_timeout if timeout is None else timeout
@@ -194,6 +219,7 @@ class Worker:
 
     def kill(self) -> list[int]:
         """End the worker's process group and every process that carries its token."""
+        self.pending = []
         if self.ch is not None:
             self.ch.close()
             self.ch = None
@@ -285,7 +311,9 @@ class Sandbox:
             prov = providers.get(n)
             if prov.role != "kernel" or prov.worker is not None:
                 continue  # trusted baselines stay in the judge
-            if prov.origin == "builtin" or prov.origin.startswith("entry point"):
+            if prov.origin == "builtin":
+                self._declare_ahead(prov)
+            elif prov.origin.startswith("entry point"):
                 self._declare({"spec": n})
             elif prov.spec:
                 self._declare({"spec": prov.spec})
@@ -307,6 +335,32 @@ class Sandbox:
         self.loads[decl["name"]] = how
         self._install(decl)
         return decl
+
+    def _declare_ahead(self, prov: Provider) -> None:
+        """A built-in provider: its proxy from the judge's own declaration at once; the worker's
+        import runs meanwhile, and its declaration must match when its answer is read."""
+        from blockattn.run.worker import declaration
+
+        how = {"spec": prov.name}
+        mine = declaration(prov)
+
+        def same(header: dict[str, Any]) -> None:
+            theirs = (header.get("providers") or [{}])[0] if header.get("status") == "ok" else {}
+            if header.get("status") != "ok":
+                raise CallFailed(f"provider {prov.name}: {header.get('reason')}")
+            keys = ("name", "role", "accuracy_model", "reference", "supports", "has_kernel",
+                    "timings")  # fmt: skip
+            differ = [k for k in keys if json.dumps(theirs.get(k), sort_keys=True, default=str)
+                      != json.dumps(mine.get(k), sort_keys=True, default=str)]  # fmt: skip
+            if differ:
+                raise CallFailed(f"provider {prov.name}: the worker declares other {differ} "
+                                 "than the judge's built-in")  # fmt: skip
+
+        self._worker(settle=False).send_ahead(
+            {"op": "load", "items": [how], "cwd": str(Path.cwd()), "path": list(sys.path)},
+            "import of the provider", same)  # fmt: skip
+        self.loads[prov.name] = how
+        self._install(mine)
 
     def _install(self, d: dict[str, Any]) -> None:
         name = str(d["name"])
@@ -331,7 +385,9 @@ class Sandbox:
 
     # ------------------------------------------------------------------ the worker
 
-    def _worker(self) -> Worker:
+    def _worker(self, settle: bool = True) -> Worker:
+        """The live worker (a fresh one after a failure). `settle=False`: the first worker may
+        still be starting (its answers are read with the next request's)."""
         if self.unusable is not None:
             raise CallFailed(f"NOT JUDGED: {self.unusable}")
         if self.worker is not None and self.worker.alive() and self.worker.ch is not None:
@@ -347,7 +403,8 @@ class Sandbox:
         try:
             if w.ch is None:
                 w.spawn()
-            w.handshake()
+            if settle or self.started > 1:  # after a failure: the device check before anything
+                w.handshake()
         except CallFailed as exc:
             if self.started > 1:  # a fresh worker after a failure cannot use the device
                 self.unusable = f"after the previous failure a fresh worker failed to start: {exc}"
