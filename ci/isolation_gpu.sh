@@ -31,25 +31,34 @@ for s in $STEPS; do
           --provider streamy=adversaries:side_stream \
           --time-budget-s "${BENCH_BUDGET_S:-400}" ) >"$OUT/bench.log" 2>&1 ;;
     gate)
+      # Warm every kernel first (the battery's too), then alternate in-process and isolated
+      # runs of the same cases; BLOCKATTN_ISOLATION_COSTS says where the isolated judge waited.
+      # OLD_TREE=DIR (an export of an older commit) adds its isolated run to each round (A/B).
       step gate
-      { "$PY" -m blockattn run --corpus-only --no-progress --no-contract --out /tmp/warm >/dev/null 2>&1
+      { "$PY" -m blockattn run --corpus-only --no-progress --out /tmp/warm >/dev/null 2>&1
         for i in $(seq 1 "${GATE_ROUNDS:-2}"); do
           echo "## round $i: in-process (run --in-process --corpus-only, battery included)"
           ( time "$PY" -m blockattn run --in-process --corpus-only --no-progress \
             --out /tmp/run_inproc$i ) 2>&1 | tail -3
           echo "## round $i: isolated, same options"
-          ( time "$PY" -m blockattn run --corpus-only --no-progress --out /tmp/run_iso$i ) 2>&1 | tail -3
+          ( time BLOCKATTN_ISOLATION_COSTS="$OUT/costs_$i.json" "$PY" -m blockattn run \
+            --corpus-only --no-progress --out /tmp/run_iso$i ) 2>&1 | tail -3
+          if [[ -n "${OLD_TREE:-}" ]]; then
+            echo "## round $i: isolated, $OLD_TREE (older commit)"
+            ( cd "$OLD_TREE" && time BLOCKATTN_ISOLATION_COSTS="$OUT/costs_old_$i.json" \
+              PYTHONPATH="$PWD" "$PY" -m blockattn run --corpus-only --no-progress \
+              --out /tmp/run_old$i ) 2>&1 | tail -3
+          fi
         done
-        echo "## isolated gate, corpus only"
-        ( time "$PY" -m blockattn gate --fuzz 0 --no-progress --out /tmp/gate_iso ) 2>&1 | tail -3
         echo "## the default gate: corpus + run-time fuzz"
         ( time "$PY" -m blockattn gate --no-progress --out /tmp/gate_fuzz ) 2>&1 | tail -3
         grep -m1 "blockattn gate:" /tmp/gate_fuzz/gate.md; grep -m1 "Cases:" /tmp/gate_fuzz/gate.md
+        grep -i -m3 "fail" /tmp/gate_fuzz/gate.md
       } >"$OUT/gate.log" 2>&1 ;;
     hopper)
       step hopper
       ( time BLOCKATTN_KERNEL_PATH=prefer-hopper "$PY" -m blockattn gate --tolerances v5 \
-          --fuzz 0 --no-progress --out /tmp/gate_hopper ) >"$OUT/hopper.log" 2>&1
+          --no-progress --out /tmp/gate_hopper ) >"$OUT/hopper.log" 2>&1
       tail -40 /tmp/gate_hopper/gate.md >>"$OUT/hopper.log" 2>/dev/null ;;
     *) echo "unknown step $s" >&2; exit 2 ;;
   esac
