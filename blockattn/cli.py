@@ -73,8 +73,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if not hasattr(args, "call_timeout"):
             return int(args._main(args) or 0)
-        from blockattn.commands._options import isolation
+        from blockattn.commands._options import isolation, starts_worker
 
+        if starts_worker(args):  # before torch is imported here: the two start side by side
+            from blockattn.run import spawn
+
+            spawn.early()
         with isolation(args):  # the kernel under test runs in a worker (blockattn.run.isolated)
             return int(args._main(args) or 0)
     except (ValueError, TypeError, OSError) as exc:  # OSError: --out is a file, no access...

@@ -166,6 +166,11 @@ def add_isolation_options(p: argparse.ArgumentParser) -> None:
                    "result is stamped NOT ISOLATED and the gate refuses the run")  # fmt: skip
 
 
+def starts_worker(args: argparse.Namespace) -> bool:
+    """Whether the run calls a kernel (gate --report judges stored records: no worker)."""
+    return not getattr(args, "in_process", False) and getattr(args, "report", None) is None
+
+
 def isolation(args: argparse.Namespace) -> Any:
     """The run's isolation session (a context manager yielding `run.isolated.Sandbox`)."""
     from blockattn.run import isolated
@@ -175,8 +180,8 @@ def isolation(args: argparse.Namespace) -> Any:
         print(f"blockattn: {isolated.NOT_ISOLATED}: --in-process calls the kernel in the judge's "
               "own process (debugging); the gate refuses such runs", file=sys.stderr)  # fmt: skip
     # a run that will call a kernel spawns its worker now (gate --report may call none)
-    prestart = getattr(args, "report", None) is None
-    return isolated.session(getattr(args, "call_timeout", None), in_process, prestart)
+    return isolated.session(getattr(args, "call_timeout", None), in_process,
+                            starts_worker(args))  # fmt: skip
 
 
 def load_provider_specs(specs: list[str] | None) -> list[str]:

@@ -15,7 +15,12 @@ from blockattn.cases.inputs import Inputs, build_inputs
 from blockattn.cases.spec import CaseSpec
 from blockattn.judge import metrics
 from blockattn.providers import OUTPUT_KEYS
-from blockattn.run.execute import call_provider, device_info, release_cuda_memory
+from blockattn.run.execute import (
+    call_provider,
+    device_info,
+    release_cuda_memory,
+    send_ahead,
+)
 from blockattn.run.oracle import oracle_bounds, oracle_outputs
 
 
@@ -41,8 +46,9 @@ def _judge_provider(
     dtype: str,
     tol=None,  # Tolerances | None: supplies the accuracy model of the elementwise bound
     tmap=None,
+    ahead: Any = None,  # the collector of a call sent ahead (run.execute.send_ahead)
 ) -> dict[str, Any]:
-    out, res = call_provider(prov, inp, variant)
+    out, res = call_provider(prov, inp, variant, ahead)
     if out is None:
         return res
     elapsed, isolation = res["time_s"], res.get("isolation")
@@ -104,6 +110,13 @@ def evaluate_case(
     rec["realized_sparsity"] = (
         1.0 - inp.T / (len(lens) * max(1, spec.max_len)) if spec.lengths is None and lens else None
     )
+    # The first isolated provider's call runs in its worker while the oracle is computed here
+    # (the worker is sent the inputs only; the oracle's result never leaves this process).
+    ahead: dict[str, Any] = {}
+    for name in provider_names:
+        if (collect := send_ahead(providers.get(name), inp, spec.variant)) is not None:
+            ahead[name] = collect
+            break
     try:
         # The oracle outputs stay on the case's device: metrics reduce them there, in chunks.
         ref = {k: v.detach() for k, v in oracle_outputs(inp).items()}
@@ -119,7 +132,7 @@ def evaluate_case(
     for name in provider_names:
         prov = providers.get(name)
         rec["providers"][name] = _judge_provider(
-            prov, inp, spec.variant, ref, spec.dtype, tol, tmap
+            prov, inp, spec.variant, ref, spec.dtype, tol, tmap, ahead.pop(name, None)
         )
     ut, bl = rec["providers"].get(under_test), rec["providers"].get(baseline)
     if ut and bl and ut["status"] == "ok" and bl["status"] == "ok":

@@ -20,6 +20,20 @@ from torch import Tensor
 KEYS = ("O", "dQ", "dK", "dV")
 
 
+def declaration(prov: Any) -> dict[str, Any]:
+    """What the judge knows of a provider: the same fields in the worker and in the judge."""
+    from blockattn.providers import timings_of
+
+    return {
+        "name": prov.name, "role": prov.role, "accuracy_model": prov.accuracy_model,
+        "reference": prov.reference, "supports": prov.supports.to_dict(), "origin": prov.origin,
+        "spec": prov.spec, "description": prov.description, "has_kernel": prov.kernel is not None,
+        "has_projection": prov.projection is not None,
+        "timings": [{"name": t.name, "rotary": t.rotary, "description": t.description}
+                    for t in timings_of(prov)],
+    }  # fmt: skip
+
+
 def call_probe(fn: Any, p: Any) -> dict[str, Tensor]:
     """Forward and backward of `fn` on probe `p` (a `blockattn.cases.contract.Probe`), handing
     the kernel the probe's own views (no clone, no `.contiguous()`)."""
@@ -96,6 +110,13 @@ def bits(t: Tensor) -> Tensor:
     return t.detach().clone().view(ints[t.element_size()])
 
 
+def same_bits(a: Tensor, b: Tensor) -> bool:
+    """Bitwise equality (NaN == NaN of the same payload), without copies."""
+    ints = {2: torch.int16, 4: torch.int32, 8: torch.int64, 1: torch.uint8}
+    return torch.equal(a.detach().view(ints[a.element_size()]),
+                       b.detach().view(ints[b.element_size()]))  # fmt: skip
+
+
 def snapshot(outs: dict[str, Tensor]) -> dict[str, Tensor]:
     """Copies of the outputs as a caller reads them the moment the call returns: enqueued on the
     current stream, no synchronisation first (work left on another stream is not waited for)."""
@@ -116,8 +137,7 @@ def in_flight(snap: dict[str, Tensor], outs: dict[str, Tensor],
     deadline = time.monotonic() + grace_s
     for t in started:
         t.join(max(0.0, deadline - time.monotonic()))
-    changed = [k for k, t in outs.items()
-               if t.numel() and not torch.equal(bits(snap[k]), bits(t))]  # fmt: skip
+    changed = [k for k, t in outs.items() if t.numel() and not same_bits(snap[k], t)]
     if not changed:
         return ""
     who = f"; the call left {len(started)} thread(s) running" if started else ""

@@ -79,16 +79,35 @@ def _snapshot(inp: Inputs) -> dict[str, torch.Tensor]:
     return {n: getattr(inp, n).clone() for n in names if getattr(inp, n) is not None}
 
 
-def call_provider(prov: providers.Provider, inp: Inputs, variant: str
-                  ) -> tuple[dict[str, torch.Tensor] | None, dict[str, Any]]:
-    """Run one provider on a case's inputs: (outputs, result) where result is the record's
-    status entry; outputs is None when the provider was not run (declared unsupported), refused,
-    crashed, wrote to its inputs or returned too few outputs (result says which)."""
+def _declared_refusal(prov: providers.Provider, inp: Inputs) -> dict[str, Any] | None:
     info = device_info()
     why = prov.supports.refusal(inp.spec, inp.q.device.type, info["arch"], inp.spec.block_size)
-    if why is not None:  # declared: recorded, never judged as a failure
-        return None, {"status": "unsupported", "reason": f"{prov.name}: {why}", "declared": True,
-                      "time_s": 0.0, "provider": prov.describe()}  # fmt: skip
+    if why is None:
+        return None
+    return {"status": "unsupported", "reason": f"{prov.name}: {why}", "declared": True,
+            "time_s": 0.0, "provider": prov.describe()}  # fmt: skip
+
+
+def send_ahead(prov: providers.Provider, inp: Inputs, variant: str) -> Any:
+    """An isolated provider's call of this case, sent to its worker now (it runs while the
+    judge computes the oracle); `call_provider(..., ahead=...)` collects it. None: nothing to
+    send (a declared refusal, a provider of the judge's own process)."""
+    if prov.worker is None or _declared_refusal(prov, inp) is not None:
+        return None
+    return prov.worker.send_case(prov, inp, variant)
+
+
+def call_provider(prov: providers.Provider, inp: Inputs, variant: str, ahead: Any = None
+                  ) -> tuple[dict[str, torch.Tensor] | None, dict[str, Any]]:  # fmt: skip
+    """Run one provider on a case's inputs: (outputs, result) where result is the record's
+    status entry; outputs is None when the provider was not run (declared unsupported), refused,
+    crashed, wrote to its inputs or returned too few outputs (result says which). `ahead`: the
+    collector `send_ahead` returned for this provider and case."""
+    if ahead is not None:
+        return ahead()
+    refused = _declared_refusal(prov, inp)
+    if refused is not None:  # declared: recorded, never judged as a failure
+        return None, refused
     if prov.worker is not None:  # isolated: the call runs in the worker, the judge stays here
         return prov.worker.run_case(prov, inp, variant)
     before = _snapshot(inp)

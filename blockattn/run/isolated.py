@@ -31,7 +31,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -45,10 +44,11 @@ import torch
 from blockattn import providers
 from blockattn.names import CALL_TIMEOUT_S
 from blockattn.providers import OUTPUT_KEYS, Provider, Supports, Timing
+from blockattn.run import calls, spawn
 from blockattn.run.wire import Channel, Closed, Timeout
 
 DEFAULT_CALL_TIMEOUT = CALL_TIMEOUT_S
-TOKEN_ENV = "BLOCKATTN_WORKER_TOKEN"
+TOKEN_ENV = spawn.TOKEN_ENV
 NOT_ISOLATED = "NOT ISOLATED"
 _ACTIVE: list[Sandbox] = []
 
@@ -105,6 +105,7 @@ class Worker:
     def __init__(self, call_timeout: float, scratch: Path, index: int) -> None:
         self.call_timeout = call_timeout
         self.scratch = scratch
+        self.index = index
         self.log = scratch / f"worker-{index}.log"
         self.token = secrets.token_hex(8)
         self.proc: subprocess.Popen | None = None
@@ -114,31 +115,22 @@ class Worker:
         self.costs: list[tuple[str, float, float]] = []
         # answers to requests sent without waiting (hello, built-in loads), in order, each with
         # the check it must pass: read before the next request's answer
-        self.pending: list[tuple[str, Any]] = []
+        self.pending: list[tuple[str, Any, int]] = []
 
     def start(self) -> dict[str, Any]:
         self.spawn()
         return self.handshake()
 
-    def spawn(self) -> None:
-        """Start the process and send its hello; `handshake` reads the answer (the imports and
-        the device check run meanwhile, so a worker spawned early costs the judge nothing)."""
-        ours, theirs = socket.socketpair()
-        env = {**os.environ, TOKEN_ENV: self.token,
-               "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}  # fmt: skip
-        if not torch.cuda.is_available():  # the kernels need the interpreter there too
-            env.setdefault("TRITON_INTERPRET", "1")
-        with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "blockattn.run.worker", str(theirs.fileno())],
-                pass_fds=[theirs.fileno()], start_new_session=True, cwd=self.scratch,
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
-            )  # fmt: skip
-        theirs.close()
-        self.ch = Channel(ours)
+    def spawn(self, started: spawn.Started | None = None) -> None:
+        """Start the process (or adopt one `spawn.early` started) and send its hello;
+        `handshake` reads the answer (the imports and the device check run meanwhile, so a
+        worker spawned early costs the judge nothing)."""
+        st = started or spawn.launch(self.scratch, self.index, self.token)
+        self.proc, self.token, self.log = st.proc, st.token, st.log
+        self.ch = Channel(st.sock)
         self.send_ahead({"op": "hello"}, "start (imports, device check)", self._hello)
 
-    def _hello(self, header: dict[str, Any]) -> None:
+    def _hello(self, header: dict[str, Any], outs: list[torch.Tensor]) -> None:
         if header.get("check") != 12.0:
             self.kill()
             raise CallFailed(f"the worker's device check failed: {header!r:.200}")
@@ -149,19 +141,27 @@ class Worker:
         self.settle()
         return self.info
 
-    def send_ahead(self, msg: dict[str, Any], what: str, check: Any) -> None:
+    def send_ahead(self, msg: dict[str, Any], what: str, check: Any,
+                   tensors: list[torch.Tensor] = (), max_bytes: int = 0) -> None:  # fmt: skip
         """Send a request whose answer is read later, before the next request's (`settle`):
-        the worker imports while the judge builds cases and oracles."""
+        the worker imports, or runs a case, while the judge builds cases and oracles."""
         if self.ch is None:
             raise CallFailed("the worker is gone (killed after an earlier failure)")
-        self.ch.send_request(msg)
-        self.pending.append((what, check))
+        try:
+            self.ch.send_request(msg, list(tensors))
+        except (BrokenPipeError, ConnectionError, OSError) as exc:
+            code = self._wait()
+            self.kill()
+            raise CallFailed(f"{describe_exit(code)}{self.log_tail()}") from exc
+        self.pending.append((what, check, max_bytes))
 
     def settle(self) -> None:
+        """Read every answer sent ahead, in order, each through its check (under the watchdog
+        from the moment the judge waits for it)."""
         while self.pending:
-            what, check = self.pending.pop(0)
-            header, _ = self._answer(None, (), 0, what, None)
-            check(header)
+            what, check, max_bytes = self.pending.pop(0)
+            header, outs = self._answer(None, (), max_bytes, what, None)
+            check(header, outs)
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -280,9 +280,16 @@ class Sandbox:
         self.probe_deaths = 0  # consecutive probe calls that ended their worker
         self.spare: Worker | None = None
         self.finished: list[Worker] = []  # ended workers (their costs)
+        early = spawn.take()
+        if early is not None and (in_process or not prestart):
+            spawn.end(early)
+            early = None
+        if early is not None:  # started by the command line before torch was imported here
+            shutil.rmtree(self.scratch, ignore_errors=True)
+            self.scratch = early.scratch
         if prestart and not in_process:  # spawned now: its imports overlap the judge's start-up
             self.spare = Worker(self.call_timeout, self.scratch, 0)
-            self.spare.spawn()
+            self.spare.spawn(early)
 
     # ------------------------------------------------------------------ providers
 
@@ -339,12 +346,10 @@ class Sandbox:
     def _declare_ahead(self, prov: Provider) -> None:
         """A built-in provider: its proxy from the judge's own declaration at once; the worker's
         import runs meanwhile, and its declaration must match when its answer is read."""
-        from blockattn.run.worker import declaration
-
         how = {"spec": prov.name}
-        mine = declaration(prov)
+        mine = calls.declaration(prov)
 
-        def same(header: dict[str, Any]) -> None:
+        def same(header: dict[str, Any], outs: list[torch.Tensor]) -> None:
             theirs = (header.get("providers") or [{}])[0] if header.get("status") == "ok" else {}
             if header.get("status") != "ok":
                 raise CallFailed(f"provider {prov.name}: {header.get('reason')}")
@@ -428,21 +433,51 @@ class Sandbox:
     def run_case(self, prov: Provider, inp: Any, variant: str
                  ) -> tuple[dict[str, torch.Tensor] | None, dict[str, Any]]:  # fmt: skip
         """`call_provider` for a proxy: the case's inputs to the worker, its outputs back."""
+        return self.send_case(prov, inp, variant)()
+
+    def send_case(self, prov: Provider, inp: Any, variant: str) -> Any:
+        """Send a case to the worker now; the returned function waits for its answer and gives
+        (outputs, result) as `run_case`. The judge computes the case's oracle meanwhile."""
         names = [n for n in ("q", "k", "v", "grad_out", "offsets", "sinu_pos", "x", "w", "bias")
                  if getattr(inp, n) is not None]  # fmt: skip
         like = _expected(inp, variant)
         budget = sum(t.numel() * t.element_size() for t in like.values()) + 1024
         base = {"time_s": 0.0, "provider": prov.describe(), "isolation": "worker"}
         t0 = time.perf_counter()
-        try:
-            header, outs = self.ask(
-                {"op": "run", "provider": prov.name, "variant": variant,
-                 "spec": inp.spec.to_dict(), "names": names, "device": inp.q.device.type},
-                [getattr(inp, n) for n in names], budget, f"call of {prov.name}")  # fmt: skip
-        except CallFailed as exc:
+        box: dict[str, Any] = {}
+
+        def failed(exc: CallFailed) -> tuple[None, dict[str, Any]]:
             status = "not-judged" if str(exc).startswith("NOT JUDGED") else "error"
             return None, {**base, "status": status, "reason": str(exc),
                           "time_s": time.perf_counter() - t0}  # fmt: skip
+
+        try:
+            w = self._worker()
+            w.send_ahead({"op": "run", "provider": prov.name, "variant": variant,
+                          "spec": inp.spec.to_dict(), "names": names,
+                          "device": inp.q.device.type}, f"call of {prov.name}",
+                         lambda h, o: box.update(header=h, outs=o),
+                         [getattr(inp, n) for n in names], budget)  # fmt: skip
+        except CallFailed as exc:
+            early = failed(exc)
+            return lambda: early
+
+        def collect() -> tuple[dict[str, torch.Tensor] | None, dict[str, Any]]:
+            try:
+                w.settle()
+            except CallFailed as exc:
+                if "header" not in box:
+                    return failed(exc)
+            if "header" not in box:  # the worker was replaced before this answer came
+                return failed(CallFailed("the worker ended before answering this call"))
+            return self._case_result(box["header"], box["outs"], like, base, variant, t0)
+
+        return collect
+
+    def _case_result(self, header: dict[str, Any], outs: list[torch.Tensor],
+                     like: dict[str, torch.Tensor], base: dict[str, Any], variant: str,
+                     t0: float) -> tuple[dict[str, torch.Tensor] | None, dict[str, Any]]:
+        """The worker's answer to a case, checked: (outputs in the judge's memory, result)."""
         res = {**base, "status": header.get("status", "error"), "reason": header.get("reason"),
                "time_s": float(header.get("time_s") or time.perf_counter() - t0)}  # fmt: skip
         if header.get("traceback"):

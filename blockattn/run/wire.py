@@ -35,7 +35,7 @@ import torch
 
 HEADER = struct.Struct("<Q")
 MAX_HEADER = 1 << 20  # a JSON header is small; a larger one is a hostile or broken worker
-SHM_MIN = 1 << 18  # from 256 KiB of tensors per message, one memory file instead of frames
+SHM_MIN = 1 << 23  # from 8 MiB of tensors per message, one memory file instead of frames
 ALIGN = 64
 SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
 DTYPES = {str(d).removeprefix("torch."): d for d in (

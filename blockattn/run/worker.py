@@ -65,19 +65,6 @@ def hello(msg: dict, tensors: list, provs: dict) -> tuple[dict, list]:
     return info, []
 
 
-def declaration(prov: Any) -> dict[str, Any]:
-    from blockattn.providers import timings_of
-
-    return {
-        "name": prov.name, "role": prov.role, "accuracy_model": prov.accuracy_model,
-        "reference": prov.reference, "supports": prov.supports.to_dict(), "origin": prov.origin,
-        "spec": prov.spec, "description": prov.description, "has_kernel": prov.kernel is not None,
-        "has_projection": prov.projection is not None,
-        "timings": [{"name": t.name, "rotary": t.rotary, "description": t.description}
-                    for t in timings_of(prov)],
-    }  # fmt: skip
-
-
 def load(msg: dict, tensors: list, provs: dict) -> tuple[dict, list]:
     """Import each provider: by --provider spec or built-in name, or a registered one by the
     import path of its run function (with the declaration the judge holds)."""
@@ -103,7 +90,7 @@ def load(msg: dict, tensors: list, provs: dict) -> tuple[dict, list]:
                                       supports=providers.Supports(**sup),
                                       reference=item["reference"])  # fmt: skip
         provs[prov.name] = prov
-        decls.append(declaration(prov))
+        decls.append(calls.declaration(prov))
     return {"status": "ok", "providers": decls}, []
 
 
@@ -145,7 +132,7 @@ def run_case(msg: dict, tensors: list, provs: dict) -> tuple[dict, list]:
     elapsed = time.perf_counter() - t0
     if flight:
         return {"status": "error", "reason": f"output refused: {flight}", "time_s": elapsed}, []
-    changed = [n for n, t in named.items() if not torch.equal(calls.bits(t), before[n])]
+    changed = [n for n, t in named.items() if not calls.same_bits(t, before[n])]
     if changed:
         return {"status": "error", "reason": f"provider modified its input(s) {changed} in "
                 "place", "time_s": elapsed}, []  # fmt: skip
@@ -168,7 +155,9 @@ def probe(msg: dict, tensors: list, provs: dict) -> tuple[dict, list]:
     """One contract probe on the kernel callable: the outputs, then every input storage as it
     is after the call (the judge compares them with what it sent: inputs-untouched)."""
     prov = provs[msg["provider"]]
-    storages = [t.clone() for t in _to_device(tensors, msg["device"])]
+    # the judge's bytes arrive in memory of this process's own (frames, a private mapping or
+    # a device copy): the kernel gets them in place
+    storages = _to_device(tensors, msg["device"])
     v = _views(msg, storages)
     buffers = {n: v[f"buffer:{n}"] for n in msg["buffer_names"]}
     p = SimpleNamespace(q=v["q"], k=v["k"], v=v["v"], grad_out=v["grad_out"],
@@ -244,6 +233,8 @@ def _die_with_the_judge() -> None:
 
 def main(argv: list[str]) -> int:
     _die_with_the_judge()
+    if not torch.cuda.is_available():  # the kernels need the interpreter here (before triton)
+        os.environ.setdefault("TRITON_INTERPRET", "1")
     sock = socket.socket(fileno=int(argv[1]))
     return serve(Channel(sock))
 
