@@ -12,12 +12,17 @@ bound on what an implementation that follows the model can have lost up to that 
 * softmax P = softmax(S): E_P = P (E_S + sum_k P_k E_S_k) + (elementwise roundings) P;
 * rotation y = R x per pair: E_y = |R| E_x + u |R||x|;
 * FP32 results below the smallest normal may be flushed to zero (ftz): eta of classes `acc`
-  (per accumulated term) and `softmax` (per elementwise op) is that absolute error.
+  (per accumulated term) and `softmax` (per elementwise op) is that absolute error;
+* beyond first order (ERROR_ANALYSIS.md §4): the constant c = 2 covers a step's higher-order
+  remainder up to the size of its first-order terms; where a remainder can be larger (the
+  softmax of logits whose bound is not small next to 1, a product of two factors that both
+  carry an error larger than themselves) only that excess is added to E.
 
 The model is a dict {"u": {class: unit roundoff}, "eta": {class: absolute floor}} over the
 rounding classes in CLASSES; a class missing from a model is an error (nothing defaults to 0).
-Everything is linear in the (u, eta), so one pass evaluates any number of models at once
-(leading dim M). The bound E is returned in float32: it needs three significant digits, not 16.
+Every model is evaluated in one pass (leading dim M); the first-order terms are linear in the
+(u, eta), the excess terms above are 0 unless an error bound is not small next to 1. The
+bound E is returned in float32: it needs three significant digits, not 16.
 This module imports nothing from `blockattn`.
 """
 
@@ -89,6 +94,38 @@ def _mm(a: Tensor, b: Tensor) -> Tensor:
     return torch.matmul(a, b)
 
 
+def _excess(e: Tensor, a: Tensor) -> Tensor:
+    """(E - |x|)+ for E >= |x_hat - x|, a >= |x|: the part of an error bound larger than the value.
+
+    A product of two inexact factors errs by at most E_a |b| + |a| E_b + E_a E_b, and
+    E_a E_b <= E_a |b| + |a| E_b + (E_a - |a|)+ (E_b - |b|)+ (ERROR_ANALYSIS.md §4): c = 2 covers
+    the cross term up to the first-order pair, the product of the two excesses is carried in E.
+    It is 0 unless both factors carry an error larger than themselves.
+    """
+    return (e - a).clamp_min(0.0)
+
+
+def _softmax_excess(p: Tensor, e: Tensor, first: Tensor) -> Tensor:
+    """(R - 2 first)+: R the worst |softmax(S + d)_j - P_j| over |d_k| <= e_k, `first` its
+    first-order part P (e + rowsum(P e)) (ERROR_ANALYSIS.md §4).
+
+    softmax(S + d)_j / P_j = exp(d_j) / sum_k P_k exp(d_k) lies in [exp(-e_j) / C, exp(e_j) / B]
+    with B = sum_k P_k exp(-e_k), C = sum_k P_k exp(e_k); a softmax lies in [0, 1], so R is also
+    at most max(P, 1 - P). c = 2 covers R up to 2 first; only the excess is added. In FP64 with
+    expm1 / log1p, so the excess is exactly 0 where e is small next to 1.
+    """
+    pos = p > 0
+    sm = torch.where(pos, p * torch.expm1(-e), 0.0).sum(-1, keepdim=True)  # B - 1, in (-1, 0]
+    sp = torch.where(pos, p * torch.expm1(e), 0.0).sum(-1, keepdim=True)  # C - 1 >= 0
+    direct = torch.where(pos, p * torch.exp(-e), 0.0).sum(-1, keepdim=True)
+    log_b = torch.where(sm > -0.5, torch.log1p(sm), torch.log(direct))
+    hi = torch.expm1(e - log_b)  # exp(e_j) / B - 1
+    lo = -torch.expm1(-e - torch.log1p(sp))  # 1 - exp(-e_j) / C
+    r = torch.where(pos, p * torch.maximum(hi, lo), 0.0)
+    r = torch.minimum(r, torch.maximum(p, 1.0 - p))
+    return (r - 2.0 * first).clamp_min(0.0)
+
+
 class _Chain:
     """Error bounds of one chunk of (n, H, bs, D) tiles through the attention."""
 
@@ -114,6 +151,7 @@ class _Chain:
         a_qk = asc * (aq @ ak.transpose(-1, -2))
         e_s = asc * (_mm(eq, ak.transpose(-1, -2)) + _mm(aq, ek.transpose(-1, -2)))
         e_s = e_s + D * (m["u.acc"] * a_qk + m["eta.acc"]) + _rounding(s, m, "S")
+        e_s = e_s + asc * _mm(_excess(eq, aq), _excess(ek, ak).transpose(-1, -2))
         p = masked_softmax(s, key_valid)
         e_s = e_s.masked_fill(~key_valid, 0.0)
         # Max subtraction s - m is rounded once more: u |s - max| in the exponent.
@@ -121,11 +159,13 @@ class _Chain:
         shift = (s - s_max).masked_fill(~key_valid, 0.0).abs()
         e_arg = e_s + m["u.softmax"] * shift
         e_p = p * (e_arg + (p * e_arg).sum(-1, keepdim=True))
+        e_p = e_p + _softmax_excess(p, e_arg, e_p)  # the exponential beyond first order
         e_p = e_p + (4 * m["u.softmax"] + self.bs * m["u.acc"]) * p  # exp, sum, divide
         e_p = e_p + m["eta.softmax"] * key_valid  # exp2 results below FP32's normals flushed
         e_pg = e_p + _rounding(p, m, "P_gemm")
         o = p @ v
         e_o = _mm(e_pg, av) + _mm(p, ev) + self.bs * (m["u.acc"] * (p @ av) + m["eta.acc"])
+        e_o = e_o + _mm(_excess(e_pg, p), _excess(ev, av))
         e_o = e_o + m["u.softmax"] * o.abs()  # a final normalisation or scale, if any
         self.saved = (s, p, e_p, e_pg, o, e_o)
         return o, e_o
@@ -151,6 +191,7 @@ class _Chain:
         # Di = rowsum(P dP); an implementation that forms it as rowsum(dO * O) from the stored O
         # (Di_from_O) adds the error of O and its rounding, times |dO|.
         e_di = (e_pb * dp.abs() + p * e_dp).sum(-1, keepdim=True)
+        e_di = e_di + (_excess(e_pb, p) * _excess(e_dp, dp.abs())).sum(-1, keepdim=True)
         e_di = e_di + bs * (m["u.acc"] * (p * dp.abs()).sum(-1, keepdim=True) + m["eta.acc"])
         o_err = e_o + _rounding(o, m, "Di_from_O")
         e_di = e_di + (m["u.Di_from_O"] > 0) * (
@@ -159,16 +200,20 @@ class _Chain:
         d = dp - di
         ds = p * d
         e_ds = e_pb * d.abs() + p * (e_dp + e_di) + 2 * m["u.softmax"] * ds.abs()
+        e_ds = e_ds + _excess(e_pb, p) * _excess(e_dp + e_di, d.abs())
         e_ds = e_ds + 2 * m["eta.softmax"]  # the subtraction and the product, flushed
         e_dsg = e_ds + _rounding(ds, m, "dS_gemm")
         ads = ds.abs()
         dq = sc * (ds @ k)
         e_dq = asc * (_mm(e_dsg, ak) + _mm(ads, ek) + bs * (m["u.acc"] * (ads @ ak) + m["eta.acc"]))
+        x_ds = _excess(e_dsg, ads)
+        e_dq = e_dq + asc * _mm(x_ds, _excess(ek, ak))
         dk = sc * (ds.transpose(-1, -2) @ q)
         e_dk = asc * (
             _mm(e_dsg.transpose(-1, -2), aq)
             + _mm(ads.transpose(-1, -2), eq)
             + bs * (m["u.acc"] * (ads.transpose(-1, -2) @ aq) + m["eta.acc"])
+            + _mm(x_ds.transpose(-1, -2), _excess(eq, aq))
         )
         e_dq = e_dq + m["u.softmax"] * dq.abs() + m["eta.softmax"]  # the scale multiply
         e_dk = e_dk + m["u.softmax"] * dk.abs() + m["eta.softmax"]

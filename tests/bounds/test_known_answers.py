@@ -124,18 +124,34 @@ def derive(ds: Design, u: dict[str, float], eta: dict[str, float],
     # Errors of the operands entering the GEMMs: u_r |y| + eta_r (|R||x| = |y| for this R).
     ur = (u["rot"] if ds.rotary else 0.0) + input_u
     er = (eta["rot"] if ds.rotary else 0.0) + input_eta
+    # Beyond first order (§4): a product of two factors whose errors both exceed them adds the
+    # product of the excesses (E - |x|)+. |q| = alpha, |K|_jd = beta + kappa_j z_d, |v_j| = c_j.
+    ak = BETA + ka[:, None] * z[None, :]
+    if ur >= 1:  # x_q = (ur - 1) alpha + er, x_k = (ur - 1)|K| + er: sum_d x_k = D (..beta + er)
+        xq, xk = (ur - 1) * ALPHA + er, (ur - 1) * ak + er
+    else:  # the errors never exceed the operands (|K| >= beta - max|kappa|): no excess
+        assert ur + er / (BETA - np.abs(ka).max()) < 1
+        xq, xk = 0.0, np.zeros_like(ak)
     # Forward. E_S: operand errors sc (E_q |k| + |q| E_k) = sc D (2 ur alpha beta + er (a + b)),
     # D accumulations of |q||k| = sigma, one rounding of S (S != 0). No max shift (S constant).
     e_s = (2 * ur * sigma + er * sc * D * (ALPHA + BETA) + D * (u["acc"] * sigma + eta["acc"])
            + u["S"] * sigma + eta["S"])
+    e_s = e_s + sc * xq * xk.sum(axis=1)[0]  # the same for every key (sum_d z_d = 0)
     # Softmax: P (E_S + sum_k P_k E_S) = 2 E_S / n; exp, sum, divide 4 u_sm P, b sums u_acc P.
-    e_p = (2 * e_s + 4 * u["softmax"] + b * u["acc"]) / n + eta["softmax"]
+    # Beyond first order (§4): every logit may move by E_S, so P_j may move by P (e^(2 E_S) - 1)
+    # up (its logit +E_S, the others -E_S) or P (1 - e^(-2 E_S)) down (at most max(P, 1 - P));
+    # what exceeds twice the first-order 2 E_S / n is added.
+    first = 2 * e_s / n
+    worst = min(max(math.expm1(2 * e_s), -math.expm1(-2 * e_s)) / n, max(1 / n, 1 - 1 / n))
+    e_p = first + max(worst - 2 * first, 0.0)
+    e_p = e_p + (4 * u["softmax"] + b * u["acc"]) / n + eta["softmax"]
     e_pg = e_p + u["P_gemm"] / n + eta["P_gemm"]
     # v is an operand like q and k, rotated only with rotate_v (else only the input errors)
     rot_v = not ds.rotary or ds.rotate_v
     e_v = (ur * c + er) if rot_v else (input_u * c + input_eta)  # per key
     # O = P V: E_P |V| summed over n keys + P E_V + b accumulations + the final normalisation.
     e_o = n * cbar * e_pg + e_v.mean() + b * (u["acc"] * cbar + eta["acc"]) + u["softmax"] * cbar
+    e_o = e_o + max(e_pg - 1 / n, 0.0) * np.maximum(e_v - c, 0.0).sum()  # excess of P times V's
     out = {"O": np.full((n, D), e_o)}
     # Backward: dV = P^T dO.
     e_dv = n * ad.mean() * e_pg + b * (u["acc"] * ad.mean() + eta["acc"])
@@ -148,6 +164,9 @@ def derive(ds: Design, u: dict[str, float], eta: dict[str, float],
     # Di = sum_j P dP: E_P |dP| + P E_dP + b accumulations; from the stored O when u_DiO > 0.
     e_di = (e_pb * D * ad * n * cbar + e_dp.mean(axis=1) + b * (u["acc"] * D * ad * cbar
                                                                + eta["acc"]))
+    # Beyond first order (§4): where E_P > P and E_dP > |dP|, the product of the two excesses.
+    x_p = max(e_pb - 1 / n, 0.0)
+    e_di = e_di + x_p * np.maximum(e_dp - D * ad[:, None] * c[None, :], 0.0).sum(axis=1)
     if u["Di_from_O"] > 0:
         o_err = e_o + u["Di_from_O"] * cbar + eta["Di_from_O"]
         e_di = e_di + D * ad * o_err + D * u["acc"] * D * ad * cbar
@@ -155,18 +174,19 @@ def derive(ds: Design, u: dict[str, float], eta: dict[str, float],
     dsc = d / n
     e_ds = e_pb * np.abs(d) + (e_dp + e_di[:, None]) / n + 2 * u["softmax"] * np.abs(dsc)
     e_ds = e_ds + 2 * eta["softmax"]
+    e_ds = e_ds + x_p * np.maximum(e_dp + e_di[:, None] - np.abs(d), 0.0)  # the same for dS
     e_dsg = e_ds + u["dS_gemm"] * np.abs(dsc) + eta["dS_gemm"]  # dS != 0 everywhere
+    x_ds = np.maximum(e_dsg - np.abs(dsc), 0.0)  # excess of dS, times those of K and Q
     # dQ = sc dS K: |K|_jd = beta + kappa_j z_d.
-    ak = BETA + ka[:, None] * z[None, :]
     dq = sc * (D / n) * de[:, None] * z[None, :] * ((c - cbar) * ka).sum()
     e_dq = sc * (e_dsg @ ak + np.abs(dsc) @ (ur * ak + er)
-                 + b * (u["acc"] * (np.abs(dsc) @ ak) + eta["acc"]))
+                 + b * (u["acc"] * (np.abs(dsc) @ ak) + eta["acc"]) + x_ds @ xk)
     e_dq = e_dq + u["softmax"] * np.abs(dq) + eta["softmax"]
     # dK = sc dS^T Q: |Q| = alpha.
     dk = sc * ALPHA * (D / n) * (c - cbar) * de.sum()
     col = np.abs(dsc).sum(axis=0)
     e_dk = sc * (ALPHA * e_dsg.sum(axis=0) + col * (ur * ALPHA + er)
-                 + b * (u["acc"] * ALPHA * col + eta["acc"]))
+                 + b * (u["acc"] * ALPHA * col + eta["acc"]) + xq * x_ds.sum(axis=0))
     e_dk = e_dk + u["softmax"] * np.abs(dk) + eta["softmax"]
     grads = {"dQ": (np.broadcast_to(dq, (n, D)), e_dq),
              "dK": (np.broadcast_to(dk[:, None], (n, D)), np.broadcast_to(e_dk[:, None], (n, D))),
@@ -305,6 +325,24 @@ def test_the_terms_are_not_vacuous() -> None:
     w64 = derive(Design(64, 64, 64, False), m["u"], m["eta"])["O"][0, 0]
     w128 = derive(Design(64, 64, 128, False), m["u"], m["eta"])["O"][0, 0]
     assert w128 / w64 > 1.3  # D sigma grows like D^(3/2)
+
+
+@pytest.mark.parametrize(("ds", "big"), [
+    (Design(64, 64, 64, False), {"S": 1 / 3, "dP": 2.0}),  # E_S = 1 (sigma = 3), E_dP = 2|dP|
+    (Design(40, 64, 128, False), {"S": 2.0, "P_bwd": 2.0, "dP": 4.0}),
+    (Design(64, 64, 64, True), {"rot": 2.0}),  # every rotated operand errs by 2 |x|
+    (Design(40, 64, 128, True, False), {"rot": 1.5, "acc": 2.0**-6}),
+], ids=["S-dP", "S-Pbwd-dP-partial", "rot", "rot-acc-rotate-v-off"])
+def test_errors_not_small_next_to_the_values(ds: Design, big: dict[str, float]) -> None:
+    """Models whose errors exceed the values they bound (issue 42: eager's bf16 logits at
+    |S| ~ 1000 err by ~4): the exponential beyond first order and the products of two excesses
+    (ERROR_ANALYSIS.md §4), against the derivation."""
+    m = {p: dict.fromkeys(CLASSES, 0.0) for p in ("u", "eta")}
+    m["u"].update(big)
+    (got,) = oracle(ds, "bfloat16", [m])
+    want = derive(ds, m["u"], m["eta"])
+    for out in ("O", "dQ", "dK", "dV"):
+        np.testing.assert_allclose(got[out], want[out], rtol=RTOL, atol=0, err_msg=out)
 
 
 @pytest.mark.parametrize("version", ["v4", "v5"])
