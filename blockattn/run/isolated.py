@@ -111,8 +111,9 @@ class Worker:
         self.proc: subprocess.Popen | None = None
         self.ch: Channel | None = None
         self.info: dict[str, Any] = {}
-        # (what, seconds the judge waited, seconds the worker says the call took) per answer
-        self.costs: list[tuple[str, float, float]] = []
+        # (kind, {seconds the judge waited, the worker says the call took, the judge took to
+        # send the request, to receive the answer's tensors, the worker took to unpack}) per answer
+        self.costs: list[tuple[str, dict[str, float]]] = []
         # answers to requests sent without waiting (hello, built-in loads), in order, each with
         # the check it must pass: read before the next request's answer
         self.pending: list[tuple[str, Any, int]] = []
@@ -179,10 +180,12 @@ class Worker:
         if self.ch is None:
             raise CallFailed("the worker is gone (killed after an earlier failure)")
         limit = self.call_timeout if timeout is None else timeout
-        deadline = time.monotonic() + limit
+        t0 = time.monotonic()
+        deadline = t0 + limit
         try:
             if msg is not None:  # None: the answer to a request already sent (hello)
                 self.ch.send_request(msg, list(tensors))
+            sent = time.monotonic()
             header, outs = self.ch.recv_reply(deadline, max_bytes)
         except Timeout:
             self.kill()
@@ -198,8 +201,11 @@ class Worker:
         if header.get("fatal"):
             self._wait()
             self.kill()
-        self.costs.append((what.split(" ")[0], time.monotonic() - deadline + limit,
-                           float(header.get("time_s") or 0.0)))  # fmt: skip
+        end = time.monotonic()
+        self.costs.append((what.split(" ")[0], {
+            "waited_s": end - t0, "in_worker_s": float(header.get("time_s") or 0.0),
+            "send_s": sent - t0, "receive_s": end - self.ch.header_at,
+            "worker_prep_s": float(header.get("prep_s") or 0.0)}))  # fmt: skip
         return header, outs
 
     def _wait(self) -> int | None:
@@ -280,6 +286,7 @@ class Sandbox:
         self.probe_deaths = 0  # consecutive probe calls that ended their worker
         self.spare: Worker | None = None
         self.finished: list[Worker] = []  # ended workers (their costs)
+        self.ending_s = 0.0  # seconds spent ending workers (end_worker, close)
         early = spawn.take()
         if early is not None and (in_process or not prestart):
             spawn.end(early)
@@ -569,16 +576,25 @@ class Sandbox:
         `BLOCKATTN_ISOLATION_COSTS=FILE` writes it at the end of the session."""
         out: dict[str, dict[str, float]] = {}
         for w in [*self.finished, self.worker, self.spare]:
-            for what, waited, inside in (w.costs if w is not None else ()):
-                row = out.setdefault(what, {"answers": 0, "waited_s": 0.0, "in_worker_s": 0.0})
+            for what, cost in (w.costs if w is not None else ()):
+                row = out.setdefault(what, {"answers": 0})
                 row["answers"] += 1
-                row["waited_s"] += waited
-                row["in_worker_s"] += inside
+                for k, v in cost.items():
+                    row[k] = row.get(k, 0.0) + v
+        if self.ending_s:
+            out["end"] = {"answers": 1, "waited_s": self.ending_s}
         return out
 
     def end_worker(self) -> list[str]:
         """End the worker and everything it started, before any verdict is written; lines
         naming what had to be killed beyond the worker itself (a kernel's stray processes)."""
+        t0 = time.monotonic()
+        try:
+            return self._end_worker()
+        finally:
+            self.ending_s += time.monotonic() - t0
+
+    def _end_worker(self) -> list[str]:
         if self.spare is not None:
             self.spare.kill()
             self.spare = None
@@ -590,6 +606,19 @@ class Sandbox:
                 f"(pids {self.strays[:5]}); killed"] if self.strays else []  # fmt: skip
 
     def close(self) -> None:
+        t0 = time.monotonic()
+        self._close_worker()
+        self.ending_s += time.monotonic() - t0
+        if (path := os.environ.get("BLOCKATTN_ISOLATION_COSTS")) and not self.in_process:
+            with contextlib.suppress(OSError):
+                Path(path).write_text(json.dumps(self.cost_summary(), indent=1) + "\n")
+        for name, old in self.shadowed.items():
+            providers.unregister(name)
+            if old is not None and old.origin != "builtin":
+                providers.register(old)
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+    def _close_worker(self) -> None:
         if self.spare is not None:
             self.strays += self.spare.kill()
         if self.worker is not None:
@@ -599,14 +628,6 @@ class Sandbox:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     self.worker.proc.wait(timeout=5)
             self.strays += self.worker.kill()
-        if (path := os.environ.get("BLOCKATTN_ISOLATION_COSTS")) and not self.in_process:
-            with contextlib.suppress(OSError):
-                Path(path).write_text(json.dumps(self.cost_summary(), indent=1) + "\n")
-        for name, old in self.shadowed.items():
-            providers.unregister(name)
-            if old is not None and old.origin != "builtin":
-                providers.register(old)
-        shutil.rmtree(self.scratch, ignore_errors=True)
 
 
 def _not_here(*a: Any, **k: Any) -> Any:

@@ -56,6 +56,7 @@ class Channel:
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
+        self.header_at = 0.0
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
@@ -172,6 +173,7 @@ class Channel:
                    ) -> tuple[dict[str, Any], list[torch.Tensor]]:  # fmt: skip
         """The worker's answer; raises ValueError on anything malformed (never unpickles)."""
         raw = self.recv_frame(deadline, MAX_HEADER)
+        self.header_at = time.monotonic()  # the isolation's cost accounting splits here
         try:
             header = json.loads(raw.decode())
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:

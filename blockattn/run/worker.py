@@ -111,6 +111,7 @@ def run_case(msg: dict, tensors: list, provs: dict) -> tuple[dict, list]:
     before = {n: calls.bits(t) for n, t in named.items()}
     threads = calls.threads()
     t0 = time.perf_counter()
+    prep = t0 - msg["state"].get("received", t0)
     try:
         out = prov.run(inp, variant)
     except Unsupported as exc:
@@ -136,7 +137,8 @@ def run_case(msg: dict, tensors: list, provs: dict) -> tuple[dict, list]:
     if changed:
         return {"status": "error", "reason": f"provider modified its input(s) {changed} in "
                 "place", "time_s": elapsed}, []  # fmt: skip
-    return {"status": "ok", "time_s": elapsed, "keys": list(keys)}, [snap[k] for k in keys]
+    return {"status": "ok", "time_s": elapsed, "keys": list(keys), "prep_s": prep}, [
+        snap[k] for k in keys]
 
 
 def _views(msg: dict, storages: list[torch.Tensor]) -> dict[str, torch.Tensor | None]:
@@ -165,6 +167,7 @@ def probe(msg: dict, tensors: list, provs: dict) -> tuple[dict, list]:
                         **msg["fields"])  # fmt: skip
     threads = calls.threads()
     t0 = time.perf_counter()
+    prep = t0 - msg["state"].get("received", t0)
     if msg["streams"]:
         outs = calls.call_on_side_stream(prov.kernel, p)
         snap, flight = outs, ""
@@ -178,7 +181,7 @@ def probe(msg: dict, tensors: list, provs: dict) -> tuple[dict, list]:
     aliases = [k for k, t in outs.items() if t.numel()
                and any(a <= t.untyped_storage().data_ptr() < b for a, b in spans)]  # fmt: skip
     header = {"status": "ok", "time_s": elapsed, "keys": list(calls.KEYS), "aliases": aliases,
-              "in_flight": flight}  # fmt: skip
+              "in_flight": flight, "prep_s": prep}  # fmt: skip
     return header, [*(snap[k] for k in calls.KEYS), *storages]
 
 
@@ -200,6 +203,7 @@ def serve(ch: Channel) -> int:
             msg, tensors = ch.recv_request()
         except Closed:
             return 0
+        state["received"] = time.perf_counter()
         op = msg.get("op")
         if op == "exit":
             return 0
