@@ -187,6 +187,7 @@ class Worker:
                 self.ch.send_request(msg, list(tensors))
             sent = time.monotonic()
             header, outs = self.ch.recv_reply(deadline, max_bytes)
+            header_at = self.ch.header_at  # (the channel is gone once a fatal answer kills)
         except Timeout:
             self.kill()
             raise CallFailed(f"watchdog: the {what} did not return within {limit:g} s (a hang "
@@ -204,7 +205,7 @@ class Worker:
         end = time.monotonic()
         self.costs.append((what.split(" ")[0], {
             "waited_s": end - t0, "in_worker_s": float(header.get("time_s") or 0.0),
-            "send_s": sent - t0, "receive_s": end - self.ch.header_at,
+            "send_s": sent - t0, "receive_s": end - header_at,
             "worker_prep_s": float(header.get("prep_s") or 0.0)}))  # fmt: skip
         return header, outs
 
@@ -556,11 +557,19 @@ class Sandbox:
         if header.get("status") != "ok":
             raise RuntimeError(f"{header.get('reason')}")
         n = len(header.get("keys") or ())
-        if n != 4 or len(outs) != 4 + len(storages):
+        changed = header.get("changed")
+        if (n != 4 or not isinstance(changed, list) or len(set(changed)) != len(changed)
+                or not all(isinstance(i, int) and 0 <= i < len(storages) for i in changed)
+                or len(outs) != 4 + len(changed)):
             raise RuntimeError("malformed answer from the worker (outputs or buffers missing)")
-        for st, after in zip(storages, outs[4:], strict=True):
+        # the storages the call changed come back (inputs-untouched reads them); the others
+        # hold what was sent
+        for i, after in zip(changed, outs[4:], strict=True):
+            st = storages[i]
             if after.numel() == st.numel() and after.dtype == torch.uint8:
                 st.copy_(after.to(st.device))
+            else:
+                raise RuntimeError(f"malformed answer from the worker (buffer {i} resized)")
         if header.get("in_flight"):
             raise RuntimeError(f"output refused: {header['in_flight']}")
         if header.get("aliases"):

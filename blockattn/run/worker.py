@@ -165,6 +165,7 @@ def probe(msg: dict, tensors: list, provs: dict) -> tuple[dict, list]:
     p = SimpleNamespace(q=v["q"], k=v["k"], v=v["v"], grad_out=v["grad_out"],
                         offsets=v["offsets"], sinu_pos=v["sinu_pos"], buffers=buffers,
                         **msg["fields"])  # fmt: skip
+    sent = [t.clone() for t in storages]  # to answer only the storages the call changed
     threads = calls.threads()
     t0 = time.perf_counter()
     prep = t0 - msg["state"].get("received", t0)
@@ -180,9 +181,11 @@ def probe(msg: dict, tensors: list, provs: dict) -> tuple[dict, list]:
              for s in storages]  # fmt: skip
     aliases = [k for k, t in outs.items() if t.numel()
                and any(a <= t.untyped_storage().data_ptr() < b for a, b in spans)]  # fmt: skip
+    changed = [i for i, (a, b) in enumerate(zip(storages, sent, strict=True))
+               if not calls.same_bits(a, b)]  # fmt: skip
     header = {"status": "ok", "time_s": elapsed, "keys": list(calls.KEYS), "aliases": aliases,
-              "in_flight": flight, "prep_s": prep}  # fmt: skip
-    return header, [*(snap[k] for k in calls.KEYS), *storages]
+              "in_flight": flight, "prep_s": prep, "changed": changed}  # fmt: skip
+    return header, [*(snap[k] for k in calls.KEYS), *(storages[i] for i in changed)]
 
 
 def bench(msg: dict, tensors: list, provs: dict) -> tuple[dict, list]:
