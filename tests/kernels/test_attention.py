@@ -232,7 +232,11 @@ def test_does_not_write_past_T() -> None:
 
 
 def test_bitwise_deterministic() -> None:
-    case = make_case(B=6, max_len=200, sparsity=0.3, H=2, D=64, dtype=torch.bfloat16, seed=11)
+    # A GPU runs 6 sequences' tiles at once (what could race); the interpreter runs programs one
+    # by one, so on CPU 2 sequences (5 blocks, a partial one, x 2 heads) test the same repeat for
+    # a quarter of the time (13 s -> 3 s a run).
+    B = 6 if DEVICE == "cuda" else 2
+    case = make_case(B=B, max_len=200, sparsity=0.3, H=2, D=64, dtype=torch.bfloat16, seed=11)
     first = run_case(case, rotary=True)
     second = run_case(case, rotary=True)
     for a, b in zip(first, second, strict=True):
