@@ -47,8 +47,10 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 # CI's budget (`bash .ci/run` <= 15 min on 2 cores): under the interpreter these run in the slow
 # tier (`-m slow`), on a GPU in the quick one. Each has a quick sibling that covers its property:
 # the chunk tests keep one plain and one rotate-qk case, the battery's witness gates keep the
-# contiguous-layout kernel (every property has its own battery unit test; the
-# faithful kernel's battery passes in test_the_faithful_kernel_and_blockattn_pass_every_property),
+# contiguous-layout kernel (every property has its own battery unit test; blockattn's battery
+# passes in test_the_faithful_kernel_and_blockattn_pass_every_property[blockattn], and a thin
+# outside wrapper of block_attention like `faithful` passes every property in
+# tests/plugin/test_pytest_plugin.py::test_clean_kernel_passes_with_readable_ids),
 # compile-check keeps the Gluon builds' spill gate.
 CPU_SLOW = {
     "tests/kernels/test_attention.py::test_rotary_chunks_match_whole_tile[fp16-rotate-v]",
@@ -59,9 +61,11 @@ CPU_SLOW = {
     *(f"tests/contract/test_battery.py::test_gate_fails_each_broken_promise_and_passes_the_"
       f"faithful_kernel[{k}]"
       for k in ("flaky-determinism", "fixed_block-block-size", "scribbler-inputs-untouched",
-                "faithful-None",  # faithful: its battery runs in the test beside it
+                "faithful-None",  # faithful: its battery passes in the plugin's clean test
                 "leaky-containment")),  # the gate: assumes_contiguous-layout; containment:
     # test_a_leak_across_sequences_fails_containment (the battery's own verdict and markdown)
+    "tests/contract/test_battery.py::test_the_faithful_kernel_and_blockattn_pass_every_property"
+    "[faithful]",  # the plugin's clean kernel (bf16/fp16, D 64/128, no options) covers it
     "tests/kernels/test_compile_check.py::test_subset_builds_with_tensor_cores",
     "tests/kernels/test_compile_check.py::test_placed_d64_rotary_variants_spill_free",
 }
