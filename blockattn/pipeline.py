@@ -20,7 +20,7 @@ from blockattn.cases.spec import CaseSpec
 from blockattn.judge import verdict as _verdict
 from blockattn.judge.evaluate import evaluate_case
 from blockattn.run import isolated
-from blockattn.run.results import ResultsWriter, load_records
+from blockattn.run.results import ResultsWriter, check_results_file, load_records
 from blockattn.run.session import provider_specs
 
 
@@ -140,7 +140,7 @@ def run_cases(
                 print(f"  replay: {rec['verdict']['replay']}", file=sys.stderr)
     # The kernel ran beside this file: it must hold exactly what the judge wrote, or nothing
     # in it is evidence.
-    tampered = isolated.check_results_file(out, before, written)
+    tampered = check_results_file(out, before, written)
     if tampered:
         raise ValueError(f"{out}: {'; '.join(tampered)}: refused")
     return load_records(out)

@@ -216,8 +216,9 @@ def main(args: argparse.Namespace) -> int:
     # The battery calls the kernel on this machine (configured here in --report mode too).
     dev = "cpu" if args.no_contract else session.setup_device()
     from blockattn.run import isolated
+    from blockattn.run import results as run_results
 
-    sealed = isolated.file_bytes(Path(out) / "results.jsonl")
+    sealed = run_results.file_bytes(Path(out) / "results.jsonl")
     contract, contract_md, contract_bad = contract_section(ut, tol, dev, skip=args.no_contract)
     from blockattn.report import triage
 
@@ -230,7 +231,7 @@ def main(args: argparse.Namespace) -> int:
     # before the verdict is written, and the records must be those the judge wrote.
     for line in isolated.end_worker():
         decision.fail(line)
-    if isolated.file_bytes(Path(out) / "results.jsonl") != sealed:
+    if run_results.file_bytes(Path(out) / "results.jsonl") != sealed:
         decision.fail("results.jsonl changed while the kernel ran (after its cases were "
                       "written): the records are not the judge's")  # fmt: skip
     regress, missing_in_baseline = decision.regressions, decision.missing_in_baseline

@@ -230,14 +230,15 @@ def main(args: argparse.Namespace) -> int:
     checks = None if args.no_selfcheck else selfcheck_section(device)
     from blockattn.commands.contract import section as contract_section
     from blockattn.run import isolated
+    from blockattn.run import results as run_results
 
-    sealed = isolated.file_bytes(Path(out) / "results.jsonl")
+    sealed = run_results.file_bytes(Path(out) / "results.jsonl")
     contract, contract_md, contract_bad = contract_section(
         ut, tol, device, skip=getattr(args, "no_contract", False))
     # no kernel runs past this point (its worker and strays are ended), and the records must
     # be the ones the judge wrote
     contract_bad = [*contract_bad, *isolated.end_worker()]
-    if isolated.file_bytes(Path(out) / "results.jsonl") != sealed:
+    if run_results.file_bytes(Path(out) / "results.jsonl") != sealed:
         contract_bad.append("results.jsonl changed while the kernel ran (after its cases were "
                             "written): the records are not the judge's")  # fmt: skip
     sb = isolated.active()

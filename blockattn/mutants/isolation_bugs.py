@@ -14,8 +14,8 @@ RT = "tests/redteam/test_redteam.py"
 ISOLATION: tuple[Mutant, ...] = (
     Mutant(
         "isolation-watchdog-never-fires", "isolation", ISO,
-        "deadline = time.monotonic() + limit",
-        "deadline = time.monotonic() + 1000 * limit",
+        "deadline = t0 + limit",
+        "deadline = t0 + 1000 * limit",
         "the watchdog waits 1000x the call timeout: a hanging kernel hangs the run",
         tests=(f"{RT}::test_hang_fails_its_case_and_the_run_goes_on",),
     ),
@@ -27,7 +27,7 @@ ISOLATION: tuple[Mutant, ...] = (
         tests=(f"{RT}::test_exit_zero_fails_the_gate",),
     ),
     Mutant(
-        "isolation-results-file-trusted", "isolation", ISO,
+        "isolation-results-file-trusted", "isolation", "run/results.py",
         "    if ids != written:",
         "    if False:",
         "results.jsonl is not checked against what the judge wrote: a forged line counts",

@@ -655,38 +655,6 @@ def end_worker() -> list[str]:
     return sb.end_worker() if sb is not None else []
 
 
-def file_bytes(path: Path) -> bytes | None:
-    try:
-        return Path(path).read_bytes()
-    except OSError:
-        return None
-
-
-def check_results_file(out: Path, before: bytes, written: list[str]) -> list[str]:
-    """Lines naming how results.jsonl differs from what the judge wrote to it during the run
-    (the bytes it held before, then exactly the records `written`, by case id, in order)."""
-    import json
-
-    path = Path(out) / "results.jsonl"
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        return [f"results.jsonl unreadable after the run: {exc}"]
-    if not data.startswith(before):
-        return ["results.jsonl: lines written before this run were changed during it"]
-    ids = []
-    for line in data[len(before):].decode("utf-8", "replace").splitlines():
-        if line.strip():
-            try:
-                ids.append(json.loads(line).get("case_id"))
-            except (json.JSONDecodeError, AttributeError):
-                ids.append(None)
-    if ids != written:
-        return [f"results.jsonl holds {len(ids)} line(s) from this run where the judge wrote "
-                f"{len(written)}: something else wrote to it during the run"]  # fmt: skip
-    return []
-
-
 def active() -> Sandbox | None:
     return _ACTIVE[-1] if _ACTIVE else None
 

@@ -20,15 +20,18 @@ from blockattn.run.oracle import oracle_bounds, oracle_outputs
 
 V6 = tolerances.default_tolerance_dir() / "v6.toml"
 KEYS = ("O", "dQ", "dK", "dV")
+# the kernels run compiled on a GPU, under the interpreter on a CPU (never CPU tensors on a GPU
+# machine: there the kernels refuse them)
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def _violations(spec: CaseSpec) -> dict[str, dict[str, int]]:
     """Elements beyond the bound of each model, per tensor, for blockattn_fast's outputs."""
-    inp = build_inputs(spec)
+    inp = build_inputs(spec, DEVICE)
     ref = oracle_outputs(inp)
     out = providers.get("blockattn_fast").run(inp, spec.variant)
     tol = tolerances.load(V6)
-    tmap = TokenMap(inp.offsets, inp.T, 64, torch.device("cpu"))
+    tmap = TokenMap(inp.offsets, inp.T, 64, inp.q.device)
     res = {}
     for prov in ("blockattn_fast", "blockattn"):
         model = tol.model_for(prov)
@@ -66,7 +69,7 @@ def test_precision_argument() -> None:
     import blockattn
 
     spec = CaseSpec(seed=3, variant="rotary", lengths=(40, 64), H=1, D=64, dtype="bfloat16")
-    inp = build_inputs(spec)
+    inp = build_inputs(spec, DEVICE)
     args = (inp.q, inp.k, inp.v, inp.offsets)
     default = blockattn.block_attention(*args, sinu_pos=inp.sinu_pos)
     accurate = blockattn.block_attention(*args, sinu_pos=inp.sinu_pos, precision="accurate")
@@ -93,7 +96,7 @@ def test_opcheck_fast_ops() -> None:
     import blockattn.ops  # noqa: F401  (registers torch.ops.blockattn)
 
     spec = CaseSpec(seed=4, variant="rotary", lengths=(20, 16), H=1, D=64, dtype="bfloat16")
-    inp = build_inputs(spec)
+    inp = build_inputs(spec, DEVICE)
     q, k, v = (t.detach().clone().requires_grad_(True) for t in (inp.q, inp.k, inp.v))
     offsets = inp.offsets.to(torch.int32)
     args = (q, k, v, offsets, inp.sinu_pos, 64, 0.125, True, None)
