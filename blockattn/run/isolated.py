@@ -118,10 +118,6 @@ class Worker:
         # the check it must pass: read before the next request's answer
         self.pending: list[tuple[str, Any, int]] = []
 
-    def start(self) -> dict[str, Any]:
-        self.spawn()
-        return self.handshake()
-
     def spawn(self, started: spawn.Started | None = None) -> None:
         """Start the process (or adopt one `spawn.early` started) and send its hello;
         `handshake` reads the answer (the imports and the device check run meanwhile, so a
