@@ -17,6 +17,26 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
+def baseline_failures(records: list[dict[str, Any]], verdicts: list,
+                      under_test: str | None = None) -> list[tuple[str, str]]:  # fmt: skip
+    """(case id, line) for each case where the run's baseline provider is beyond its own
+    declared model's bound: the gate fails on each, and `false-alarms` counts each."""
+    out = []
+    for r, v in zip(records, verdicts, strict=False):
+        ut = under_test or r.get("under_test")
+        case = r.get("case_id", v.case_id)
+        for c in getattr(v, "checks", None) or []:
+            prov, n, allowed = c.get("provider"), c.get("violations"), c.get("bound")
+            # the run's baseline only: other kernels run beside it are not the reference
+            if prov is None or prov == ut or prov != r.get("baseline") or n is None or (
+                    allowed is None or n <= allowed):  # fmt: skip
+                continue
+            out.append((case, f"baseline {prov} beyond its own {c.get('model')} bound on "
+                        f"{case}: {c.get('tensor')} {n} elements (allowed {allowed}) [the "
+                        f"baseline's result, not the kernel under test ({ut})]"))  # fmt: skip
+    return out
+
+
 @dataclass
 class Decision:
     failed: bool = False
@@ -45,17 +65,8 @@ def decide(
     n_bad = sum(not v.passed for v in verdicts)
     if n_bad:
         d.fail(f"{n_bad} of {len(verdicts)} cases failed")
-    for r, v in zip(records, verdicts, strict=False):
-        ut = under_test or r.get("under_test")
-        for c in getattr(v, "checks", None) or []:
-            prov, n, allowed = c.get("provider"), c.get("violations"), c.get("bound")
-            # the run's baseline only: other kernels run beside it are not the reference
-            if prov is None or prov == ut or prov != r.get("baseline") or n is None or (
-                    allowed is None or n <= allowed):  # fmt: skip
-                continue
-            d.fail(f"baseline {prov} beyond its own {c.get('model')} bound on "
-                   f"{r.get('case_id', v.case_id)}: {c.get('tensor')} {n} elements (allowed "
-                   f"{allowed}) [the baseline's result, not the kernel under test ({ut})]")
+    for _, why in baseline_failures(records, verdicts, under_test):
+        d.fail(why)
     if baseline is not None:
         shared = 0
         for r in records:

@@ -222,4 +222,14 @@ SUITE: tuple[Mutant, ...] = (
         "CPU, blockattn gate --seed 1557678679)",
         tests=("tests/bounds/test_large_logit_errors.py",),
     ),
+    Mutant(
+        "suite-false-alarms-blind-to-baselines",
+        "suite",
+        "commands/false_alarms.py",
+        "        base_bad = gate_rules.baseline_failures(records, vs, ut)",
+        "        base_bad = []",
+        "false-alarms counts per-case verdicts only: a baseline beyond its own bound fails every "
+        "gate of the seed and no false-alarm run shows it (found 2026-11-27 by the eager fix)",
+        tests=("tests/mutants/test_false_alarms.py::test_a_baseline_beyond_its_bound_is_an_alarm",),
+    ),
 )

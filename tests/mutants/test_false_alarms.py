@@ -28,6 +28,40 @@ def test_two_seeds_report_one_gate_command_per_seed(tmp_path: Path) -> None:
     assert rc == (1 if rep["failures"] else 0)
 
 
+def test_a_baseline_beyond_its_bound_is_an_alarm(tmp_path: Path, monkeypatch) -> None:
+    """Every case passing, the run's baseline beyond its own bound: the gate fails, so
+    false-alarms must count it (it once counted per-case verdicts only)."""
+    from blockattn import pipeline
+    from blockattn.judge import gate_rules
+
+    monkeypatch.setattr(pipeline, "run_cases", lambda *a, **k: [])
+    monkeypatch.setattr(gate_rules, "baseline_failures",
+                        lambda records, vs, ut: [("case-1", "baseline fa2 beyond its own ...")])
+    rc, rep = _run(tmp_path, "--seeds", "1", "--fuzz", "1", "--no-corpus", "--first-seed", "3")
+    assert rc == 1
+    assert rep["seeds"][0]["baseline_failed"] == 1
+    assert rep["failures"] == [{"seed": 3, "case_id": "case-1", "baseline": True,
+                                "failures": ["baseline fa2 beyond its own ..."]}]
+
+
+def test_baseline_failures_names_only_the_runs_baseline_beyond_its_rule() -> None:
+    """Known answers: the baseline over its allowance fails; at its allowance, the kernel under
+    test, and another provider beside it do not."""
+    from types import SimpleNamespace
+
+    from blockattn.judge.gate_rules import baseline_failures
+
+    rec = {"case_id": "c1", "under_test": "k", "baseline": "fa2"}
+    checks = [
+        {"provider": "fa2", "tensor": "dK", "violations": 4, "bound": 0, "model": "m"},
+        {"provider": "fa2", "tensor": "dV", "violations": 2, "bound": 2, "model": "m"},
+        {"provider": "k", "tensor": "O", "violations": 9, "bound": 0, "model": "m"},
+        {"provider": "eager", "tensor": "O", "violations": 9, "bound": 0, "model": "m"},
+    ]
+    got = baseline_failures([rec], [SimpleNamespace(case_id="c1", checks=checks)])
+    assert [c for c, _ in got] == ["c1"] and "fa2" in got[0][1] and "dK 4" in got[0][1]
+
+
 @pytest.mark.parametrize("flag", ["--seeds", "--fuzz"])
 def test_non_positive_counts_are_usage_errors(flag: str, capsys) -> None:
     assert cli.main(["false-alarms", flag, "0"]) == 2
