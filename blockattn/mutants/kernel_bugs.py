@@ -196,6 +196,7 @@ CORE: tuple[Mutant, ...] = (
         "start = slot * block_size",
         "block start from the flat token stream (slot * 64), not from its sequence's start",
         ci=True,
+        tests=("tests/kernels/test_tile_table.py",),
     ),
     Mutant(
         "partial-block-dropped",
@@ -204,6 +205,7 @@ CORE: tuple[Mutant, ...] = (
         "nblk = (lengths + block_size - 1) // block_size",
         "nblk = lengths // block_size",
         "blocks per sequence floor(n / 64) instead of ceil: the partial last block is dropped",
+        tests=("tests/kernels/test_tile_table.py",),
     ),
     Mutant(
         "partial-block-as-full",
@@ -212,6 +214,7 @@ CORE: tuple[Mutant, ...] = (
         "length = (lengths[seq_c] - j * block_size).clamp(0, block_size)",
         "length = torch.full_like(lengths[seq_c], block_size)",
         "every block treated as full: the partial block reads into the next sequence",
+        tests=("tests/kernels/test_tile_table.py",),
     ),
     Mutant(
         "slot-to-sequence-off-by-one",
@@ -220,6 +223,47 @@ CORE: tuple[Mutant, ...] = (
         "seq = torch.searchsorted(cum, slot, right=True)",
         "seq = torch.searchsorted(cum, slot, right=False)",
         "searchsorted side wrong: the last block of each sequence maps to the next sequence",
+        tests=("tests/kernels/test_tile_table.py",),
+    ),
+    # The same four bugs in the Triton-built table, the one the GPU path uses (the torch one
+    # above serves CPU and is the reference): killed by the builders' comparison on CPU (the
+    # interpreter) and by the cases on a GPU.
+    Mutant(
+        "tiles-triton-block-start-from-batch",
+        "core",
+        TILES,
+        "    start = first + j * BS\n",
+        "    start = j * BS + first * 0\n",
+        "Triton tile table: block start from the token stream's start, not its sequence's",
+        tests=("tests/kernels/test_tile_table.py",),
+    ),
+    Mutant(
+        "tiles-triton-partial-block-dropped",
+        "core",
+        TILES,
+        "n = tl.where(m, (hi - lo + BS - 1) // BS, 0)",
+        "n = tl.where(m, (hi - lo) // BS, 0)",
+        "Triton tile table: floor(n / bs) blocks per sequence, the partial last block dropped",
+        tests=("tests/kernels/test_tile_table.py",),
+    ),
+    Mutant(
+        "tiles-triton-partial-block-as-full",
+        "core",
+        TILES,
+        "length = tl.minimum(tl.maximum(n - j * BS, 0), BS)",
+        "length = tl.where(n - j * BS > 0, BS, 0)",
+        "Triton tile table: every block full, the partial block reads into the next sequence",
+        tests=("tests/kernels/test_tile_table.py",),
+    ),
+    Mutant(
+        "tiles-triton-slot-to-sequence-off-by-one",
+        "core",
+        TILES,
+        "right = (mid < B) & (c <= s)",
+        "right = (mid < B) & (c < s)",
+        "Triton tile table: the binary search's side wrong, a sequence's last block maps to the "
+        "next sequence",
+        tests=("tests/kernels/test_tile_table.py",),
     ),
     Mutant(
         "autograd-dk-dv-swapped",
