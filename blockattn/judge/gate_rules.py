@@ -24,7 +24,7 @@ def baseline_failures(records: list[dict[str, Any]], verdicts: list,
     out = []
     for r, v in zip(records, verdicts, strict=False):
         ut = under_test or r.get("under_test")
-        case = r.get("case_id", v.case_id)
+        case = r["case_id"] if "case_id" in r else getattr(v, "case_id", None)
         for c in getattr(v, "checks", None) or []:
             prov, n, allowed = c.get("provider"), c.get("violations"), c.get("bound")
             # the run's baseline only: other kernels run beside it are not the reference
