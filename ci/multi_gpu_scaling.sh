@@ -2,17 +2,19 @@
 # One device call on a multi-GPU host for issue 44 items 3 and 4 (results/<gpu>x2_*/):
 #   1. blockattn bench twice (blockattn only, main shapes): the copy and the read-mostly
 #      ceilings in the same run, every pass's bandwidth against both (bench_medians.md);
-#   2. ci/tier_scaling.sh: a pytest selection on one GPU (-n ONE_N, collection order) and on
-#      all GPUs (-n from ci/xdist_plan.py workers, longest first by run 1's per-test seconds),
-#      each with fresh Triton/Inductor caches (both cold), then one GPU again at this host's
-#      worker count if time is left; scaling.md holds the table and the 0.8 N verdict.
+#   2. ci/tier_scaling.sh with what is left of LIMIT_S: a warm-up of the selection on all GPUs
+#      into one Triton/Inductor cache, then all GPUs and one GPU, each from its own copy of that
+#      cache (the same state), longest first by the warm-up's per-test seconds; scaling.md holds
+#      the table and the 0.8 N verdict, costs_top.md where the time went.
+# BENCH_RUNS=0 skips step 1 (the tier alone: issue 44 item 4 in one call of 10 minutes).
 # Runs from a clean snapshot of the commit (SNAP, made with `git archive`), not the working tree,
 # so that nobody's uncommitted edits are timed.
 #
 #   bash ci/multi_gpu_scaling.sh OUT SNAP LIMIT_S [pytest selection...]
 #
 # OUT gets (<= 8 files, the device tool's limit): steps.log, env.log, bench_medians.md,
-# scaling.md, runs.json, test_costs.json, detail.tar.gz (every log, bench dir and worker file).
+# scaling.md, runs.json, costs_top.md, test_costs.json, detail.tar.gz (every log, bench dir and
+# worker file).
 set -uo pipefail
 OUT=${1:?usage: OUT SNAP LIMIT_S [selection...]}
 SNAP=${2:?}
@@ -45,18 +47,20 @@ step() {  # step NAME CMD...: logged with its exit code and seconds in steps.log
   python3 -c "import torch, triton, xdist; print('torch', torch.__version__, 'triton', triton.__version__, 'xdist', xdist.__version__)"
   cat COMMIT 2>/dev/null
 } > "$OUT/env.log" 2>&1
-export BLOCKATTN_GIT_COMMIT=$(cat COMMIT 2>/dev/null)  # the snapshot's commit (no .git there)
+# the snapshot's commit (no .git there): the caller's BLOCKATTN_GIT_COMMIT, else SNAP/COMMIT
+export BLOCKATTN_GIT_COMMIT=${BLOCKATTN_GIT_COMMIT:-$(cat COMMIT 2>/dev/null)}
+echo "commit: $BLOCKATTN_GIT_COMMIT" >> "$OUT/env.log"
 git init -q . && git add -A && git -c user.email=ci@x -c user.name=ci commit -qm "snapshot"
 [ -n "${SKIP_INSTALL:-}" ] || step install python3 -m pip install -q --no-deps --no-build-isolation -e .
 # e.g. nvidia-h100-x2: the lent kind's name, from the GPU's and the count
 KIND=$(python3 -c "import torch; print(torch.cuda.get_device_name(0).split()[1].lower() if torch.cuda.is_available() else 'cpu')")
 KIND="nvidia-$KIND-x$(nvidia-smi -L | grep -c '^GPU ')"
-for i in 1 2; do
+for i in $(seq 1 "${BENCH_RUNS:-2}"); do
   step "bench_$i" env CUDA_VISIBLE_DEVICES=0 timeout 75 python3 -m blockattn bench --providers blockattn \
       --no-sweeps --no-extras --no-projection --time-budget-s 50 --gpu-kind "$KIND" \
       --out "$W/bench_$i" ${BENCH_ARGS:-}
 done
-python3 - "$W" > "$OUT/bench_medians.md" 2>&1 <<'EOF'
+[ "${BENCH_RUNS:-2}" -gt 0 ] && python3 - "$W" > "$OUT/bench_medians.md" 2>&1 <<'EOF'
 import json, statistics, sys
 from pathlib import Path
 runs = [json.loads(p.read_text()) for p in sorted(Path(sys.argv[1]).glob("bench_*/bench.json"))]
@@ -89,11 +93,11 @@ for k in keys:
           f"{med([m['tbps'] for m in rows]):.3f} | {med([m['pct_ceiling'] for m in rows]):.1f} | "
           f"{med([m['pct_read_mostly'] for m in rows]):.1f} |")
 EOF
-cat "$OUT/bench_medians.md"
+[ -f "$OUT/bench_medians.md" ] && cat "$OUT/bench_medians.md"
 LEFT=$((LIMIT_S - ($(date +%s) - START) - 25))
 echo "== tier_scaling: $LEFT s budget" | tee -a "$OUT/steps.log"
-BUDGET_S=$LEFT ONE_MAX_S=${ONE_MAX_S:-215} bash ci/tier_scaling.sh "$W/tier" "$@" 2>&1 | tee "$W/tier_scaling.log"
-cp "$W/tier/scaling.md" "$W/tier/runs.json" "$OUT/" 2>/dev/null
+BUDGET_S=$LEFT bash ci/tier_scaling.sh "$W/tier" "$@" 2>&1 | tee "$W/tier_scaling.log"
+cp "$W/tier/scaling.md" "$W/tier/runs.json" "$W/tier/costs_top.md" "$OUT/" 2>/dev/null
 cp "$W/tier/test_costs.json" "$OUT/" 2>/dev/null
 tar -czf "$OUT/detail.tar.gz" -C "$W" . 2>/dev/null
 echo "== done in $(($(date +%s) - START)) s" | tee -a "$OUT/steps.log"

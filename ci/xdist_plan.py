@@ -14,7 +14,10 @@ they are ordered by, and the scaling table (issue 44 item 4).
 - `costs DIR OUT`: the table, merged from a run's BLOCKATTN_WORKER_LOG files (each worker's
   per-test seconds, setup + call + teardown).
 - `table`: the Markdown timing table of a scaling run and its verdict (N GPUs >= 0.8 N times as
-  fast as one GPU of the same host at its best -n).
+  fast as one GPU of the same host at its best -n; a one-GPU run cut by its limit gives a
+  lower bound).
+- `top OUT`: where the time went in a ci/tier_scaling.sh run (sums, longest test, busiest GPU,
+  the costliest tests).
 
 Used by tests/conftest.py (loaded by path: no import of blockattn here) and ci/multi_gpu.sh,
 ci/tier_scaling.sh.
@@ -160,26 +163,82 @@ def simulate(ids: list[str], costs: dict[str, float], workers: int) -> float:
 def scaling_table(rows: list[dict[str, Any]]) -> tuple[str, bool | None]:
     """Markdown table of timed tier runs (gpus, workers, order, wall_s, passed) and the verdict:
     the fastest run on N > 1 GPUs against the fastest on one GPU (its best -n among those
-    timed): speedup >= 0.8 N. None when either side is missing."""
-    lines = ["| run | GPUs | xdist workers | per GPU | order | wall s | result |",
-             "|---|---:|---:|---:|---|---:|---|"]  # fmt: skip
+    timed): speedup >= 0.8 N. A one-GPU run cut by its limit (ok False, exit 124) took at least
+    its wall time, so it bounds the speedup from below: enough to say 'met' when that bound
+    already reaches the goal, never 'NOT met'. None when either side is missing or unsettled."""
+    lines = ["| run | GPUs | xdist workers | per GPU | order | cache | wall s | result |",
+             "|---|---:|---:|---:|---|---|---:|---|"]  # fmt: skip
     for r in rows:
+        cut = not r.get("ok", True) and r.get("exit") == 124
+        wall = f"> {r['wall_s']:.1f} (cut)" if cut else f"{r['wall_s']:.1f}"
         lines.append(f"| {r['name']} | {r['gpus']} | {r['workers']} | "
                      f"{r['workers'] / r['gpus']:g} | {r.get('order', 'collection')} | "
-                     f"{r['wall_s']:.1f} | {r.get('result', '')} |")  # fmt: skip
+                     f"{r.get('cache', 'cold')} | {wall} | {r.get('result', '')} |")  # fmt: skip
     one = [r for r in rows if r["gpus"] == 1 and r.get("ok", True)]
+    one_cut = [r for r in rows if r["gpus"] == 1 and not r.get("ok", True) and r.get("exit") == 124]
     many = [r for r in rows if r["gpus"] > 1 and r.get("ok", True)]
-    if not one or not many:
+    if not many or not (one or one_cut):
         return "\n".join(lines), None
-    best1 = min(one, key=lambda r: r["wall_s"])
     bestn = min(many, key=lambda r: r["wall_s"])
     n = bestn["gpus"]
+    goal = SCALING_GOAL * n
+    best1 = min(one + one_cut, key=lambda r: r["wall_s"])
     speedup = best1["wall_s"] / bestn["wall_s"]
-    ok = speedup >= SCALING_GOAL * n
+    if best1.get("ok", True):  # exact: the fastest one-GPU run finished
+        ok: bool | None = speedup >= goal
+        verdict = f"**{speedup:.2f}x**; goal >= {goal:.2f}x ({SCALING_GOAL} N): " \
+                  f"**{'met' if ok else 'NOT met'}**."  # fmt: skip
+    else:  # the fastest one-GPU figure is a cut run's: a lower bound
+        ok = True if speedup >= goal else None
+        verdict = (f"**at least {speedup:.2f}x** ({best1['name']} was cut at its limit); goal >= "
+                   f"{goal:.2f}x ({SCALING_GOAL} N): "
+                   f"**{'met' if ok else 'not settled by this run'}**.")  # fmt: skip
     lines += ["", f"{n} GPUs ({bestn['name']}) vs one GPU at its best -n among those timed "
-              f"({best1['name']}): **{speedup:.2f}x**; goal >= {SCALING_GOAL * n:.2f}x "
-              f"({SCALING_GOAL} N): **{'met' if ok else 'NOT met'}**."]  # fmt: skip
+              f"({best1['name']}): {verdict}"]  # fmt: skip
     return "\n".join(lines), ok
+
+
+def run_costs(out_dir: str | Path) -> str:
+    """Where the time went, per timed run of ci/tier_scaling.sh OUT: the sum of test seconds,
+    that sum over the workers (the makespan if the work split perfectly), the longest test (no
+    split beats it), and the busiest GPU's share (worker gwK on GPU K mod n); then the tests
+    that cost most in the one-GPU and the N-GPU runs."""
+    out = Path(out_dir)
+    runs = json.loads((out / "runs.json").read_text())
+    lines = [
+        "| run | tests ended | sum of test s | sum / workers | longest test s | "
+        "busiest GPU: sum of test s | wall s |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    tables: dict[str, dict[str, float]] = {}
+    for r in runs:
+        wdir = out / f"{r['name']}_workers"
+        tests = merge_durations(wdir)["tests"]
+        tables[r["name"]] = tests
+        per_gpu = [0.0] * max(1, r["gpus"])
+        for f in wdir.glob("*.durations.jsonl"):
+            k = int(f.name.split(".")[0].removeprefix("gw") or 0) % len(per_gpu)
+            for line in f.read_text().splitlines():
+                try:
+                    per_gpu[k] += float(json.loads(line)["s"])
+                except (json.JSONDecodeError, KeyError):
+                    continue
+        total = sum(tests.values())
+        lines.append(f"| {r['name']} | {len(tests)} | {total:.0f} | {total / r['workers']:.1f} | "
+                     f"{max(tests.values(), default=0):.1f} | {max(per_gpu):.0f} | "
+                     f"{r['wall_s']:.1f} |")  # fmt: skip
+    one = [r["name"] for r in runs if r["gpus"] == 1]
+    many = [r["name"] for r in runs if r["gpus"] > 1]
+    cols = one[:1] + many[:1]
+    if cols:
+        ref = tables[cols[0]]
+        lines += ["", f"Top 25 tests by seconds in {cols[0]}:", "",
+                  "| test | " + " | ".join(f"{c} s" for c in cols) + " |",
+                  "|---|" + "---:|" * len(cols)]  # fmt: skip
+        for t in sorted(ref, key=ref.__getitem__, reverse=True)[:25]:
+            vals = " | ".join(f"{tables[c].get(t, float('nan')):.1f}" for c in cols)
+            lines.append(f"| `{t}` | {vals} |")
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -192,6 +251,8 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("out")
     t = sub.add_parser("table", help="timing table from a JSON list of runs")
     t.add_argument("runs_json")
+    k = sub.add_parser("top", help="where the time went in a ci/tier_scaling.sh OUT folder")
+    k.add_argument("out_dir")
     a = p.parse_args(argv)
     if a.cmd == "workers":
         gib = _gpu_gib()
@@ -203,6 +264,8 @@ def main(argv: list[str] | None = None) -> int:
         Path(a.out).write_text(json.dumps(table, indent=1) + "\n")
         print(f"{len(table['tests'])} tests, {table['total_s']:.0f} s in all -> {a.out}")
         return 0 if table["tests"] else 1
+    elif a.cmd == "top":
+        print(run_costs(a.out_dir))
     else:
         text, ok = scaling_table(json.loads(Path(a.runs_json).read_text()))
         print(text)

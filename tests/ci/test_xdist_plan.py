@@ -100,6 +100,30 @@ def test_scaling_verdict(tmp_path: Path) -> None:
     assert xp.main(["table", str(tmp_path / "runs.json")]) == 0
 
 
+def test_a_cut_one_gpu_run_bounds_the_speedup_from_below(tmp_path: Path) -> None:
+    two = {"name": "2gpu_n24", "gpus": 2, "workers": 24, "wall_s": 100.0, "cache": "warm"}
+    cut = {"name": "1gpu_n24", "gpus": 1, "workers": 24, "wall_s": 170.0, "ok": False,
+           "exit": 124}  # fmt: skip
+    text, ok = xp.scaling_table([two, cut])
+    assert ok is True and "at least 1.70x" in text and "> 170.0 (cut)" in text
+    text, ok = xp.scaling_table([two, {**cut, "wall_s": 150.0}])
+    assert ok is None and "at least 1.50x" in text and "not settled" in text  # never 'NOT met'
+    # A finished one-GPU run faster than the cut one is the exact figure.
+    done = {"name": "1gpu_n12", "gpus": 1, "workers": 12, "wall_s": 140.0}
+    text, ok = xp.scaling_table([two, cut, done])
+    assert ok is False and "**1.40x**" in text and "NOT met" in text
+    # A run that failed otherwise (exit 1) bounds nothing.
+    assert xp.scaling_table([two, {**cut, "exit": 1}])[1] is None
+    # `top`: sums, the longest test and the busiest GPU, per run, from the worker logs.
+    (tmp_path / "runs.json").write_text(json.dumps([two, cut]))
+    for k, s in enumerate([5.0, 1.0, 2.0, 4.0]):
+        xp.append_duration(tmp_path / "2gpu_n24_workers", f"gw{k}", f"t{k}", s)
+        xp.append_duration(tmp_path / "1gpu_n24_workers", f"gw{k}", f"t{k}", 2 * s)
+    text = xp.run_costs(tmp_path)
+    assert "| 2gpu_n24 | 4 | 12 | 0.5 | 5.0 | 7 | 100.0 |" in text  # GPU 0: gw0 + gw2
+    assert "| `t0` | 10.0 | 5.0 |" in text.splitlines()[-4]
+
+
 @pytest.mark.parametrize("ok", [True, False])
 def test_a_failed_run_does_not_count(ok: bool) -> None:
     runs = [{"name": "1", "gpus": 1, "workers": 12, "wall_s": 200.0},
