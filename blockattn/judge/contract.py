@@ -126,6 +126,18 @@ class Battery:
             return call_on_side_stream(self.prov.kernel, p)
         return call_probe(self.prov.kernel, p)
 
+    def send(self, p: C.Probe) -> Any:
+        """Hand `p` to the kernel now; the returned function gives its outputs or raises. In a
+        worker the call runs while the judge computes the probe's oracle; in-process (or
+        through a `caller`) it has run before this returns."""
+        if self.caller is None and self.prov.worker is not None:
+            return self.prov.worker.send_probe(self.prov, p)
+        try:
+            out = self.call(p)
+        except Exception as exc:  # raised when its outputs are asked for, as from a worker
+            return _raiser(exc)
+        return lambda: out
+
     def add(self, prop: str, probe: str, ok: bool | None, detail: str = "") -> None:
         status = "measured" if ok is None else ("pass" if ok else "FAIL")
         self.checks.append(Check(prop, probe, status, detail))
@@ -135,7 +147,7 @@ class Battery:
         layout = layout or p.layout
         spec = SimpleNamespace(variant="rotary" if p.sinu_pos is not None else "plain",
                                dtype=_dtype_name(p.q.dtype), D=int(p.q.shape[2]),
-                               H=int(p.q.shape[1]), kvheads=None,
+                               H=int(p.q.shape[1]), kvheads=None, scale=p.scale,
                                rotate_v=p.rotate_v)  # fmt: skip
         arch = "cpu"
         if self.device == "cuda":
@@ -149,9 +161,21 @@ class Battery:
     def run_probe(self, p: C.Probe) -> dict[str, Tensor] | None:
         """Call the kernel on `p`; check inputs-untouched and output-contract on the way.
         None (and a FAIL check) when the call raised."""
+        return self.finish_probe(p, *self.start_probe(p))
+
+    def start_probe(self, p: C.Probe) -> tuple[dict[str, Tensor], Any]:
+        """(the inputs' bits before the call, the call's collector): `finish_probe` ends it."""
         before = {n: _bits(t) for n, t in _inputs_of(p).items()}
         try:
-            out = self.call(p)
+            collect = self.send(p)
+        except Exception as exc:
+            collect = _raiser(exc)
+        return before, collect
+
+    def finish_probe(self, p: C.Probe, before: dict[str, Tensor],
+                     collect: Any) -> dict[str, Tensor] | None:  # fmt: skip
+        try:
+            out = collect()
         except Exception as exc:  # any refusal the provider did not declare is a failure
             self.add(p.prop, p.name, False, f"raised {type(exc).__name__}: {str(exc)[:200]}")
             return None
@@ -174,12 +198,17 @@ class Battery:
     def judge_numbers(self, p: C.Probe, out: dict[str, Tensor]) -> str:
         """'' when every output meets the oracle by the provider's model, else why not. `p`
         holds the inputs as they were before the call (a kernel may have written to them)."""
+        return self.compare(self.reference(p), out)
+
+    def reference(self, p: C.Probe) -> Any:
+        """What `compare` judges outputs by: the oracle's outputs, the model's bounds and the
+        token map of `p` (None for an empty probe)."""
         import oracles
         from blockattn.bounds.elementwise import TokenMap
         from oracles import error_bound
 
         if p.T == 0:
-            return ""
+            return None
         q, k, v, do = (x.detach().contiguous() for x in (p.q, p.k, p.v, p.grad_out))
         kw = {"block_size": p.block_size, "scale": p.scale}
         if p.sinu_pos is None:
@@ -198,7 +227,13 @@ class Battery:
                 q, k, v, p.offsets, do, sinu_pos=p.sinu_pos, rotate_v=p.rotate_v,
                 models=[self.model.resolve(dtype_name)], **kw,
             )  # fmt: skip
-        tmap = TokenMap(p.offsets, p.T, p.block_size, ref["O"].device)
+        return ref, bounds, TokenMap(p.offsets, p.T, p.block_size, ref["O"].device), dtype_name
+
+    def compare(self, reference: Any, out: dict[str, Tensor]) -> str:
+        """'' when every output meets `reference` (from `reference`), else why not."""
+        if reference is None:
+            return ""
+        ref, bounds, tmap, dtype_name = reference
         why = []
         for key in KEYS:
             m = metrics.tensor_metrics(out[key], ref[key], dtype_name, model=self.model,
@@ -229,9 +264,11 @@ class Battery:
         pristine = replace(p, q=p.q.clone(), k=p.k.clone(), v=p.v.clone(),
                            grad_out=p.grad_out.clone(), offsets=p.offsets.clone(),
                            sinu_pos=None if p.sinu_pos is None else p.sinu_pos.clone())
-        out = self.run_probe(p)
+        started = self.start_probe(p)
+        reference = self.reference(pristine)  # while a worker runs the call
+        out = self.finish_probe(p, *started)
         if out is not None:
-            why = self.judge_numbers(pristine, out)
+            why = self.compare(reference, out)
             self.add(p.prop, p.name, not why, why or p.note)
         return out
 
@@ -478,3 +515,10 @@ def markdown(checks: list[Check], provider: str, replay: str | None = None) -> s
     if fails and replay:
         lines.append(f"- the whole battery: `{replay}`")
     return "\n".join(lines)
+
+
+def _raiser(exc: BaseException) -> Any:
+    def again() -> Any:
+        raise exc
+
+    return again

@@ -44,7 +44,7 @@ import torch
 from blockattn import providers
 from blockattn.names import CALL_TIMEOUT_S
 from blockattn.providers import OUTPUT_KEYS, Provider, Supports, Timing
-from blockattn.run import calls, spawn
+from blockattn.run import calls, probes, spawn
 from blockattn.run.wire import Channel, Closed, Timeout
 
 DEFAULT_CALL_TIMEOUT = CALL_TIMEOUT_S
@@ -508,70 +508,40 @@ class Sandbox:
         """The battery's call of `prov`'s kernel on probe `p`, in the worker. Afterwards p's
         buffers hold what the worker's copies held after the call (inputs-untouched reads
         them); a refused output raises, naming why."""
-        storages, views, index = [], {}, {}
-        named = {"q": p.q, "k": p.k, "v": p.v, "grad_out": p.grad_out, "offsets": p.offsets,
-                 "sinu_pos": p.sinu_pos,
-                 **{f"buffer:{n}": b for n, b in p.buffers.items()}}  # fmt: skip
-        for name, t in named.items():
-            if t is None:
-                views[name] = None
-                continue
-            st = t.untyped_storage()
-            key = st.data_ptr()
-            if key not in index:
-                index[key] = len(storages)
-                storages.append(torch.empty(0, dtype=torch.uint8, device=t.device)
-                                .set_(st, 0, (st.nbytes(),), (1,)))  # fmt: skip
-            views[name] = {"storage": index[key], "dtype": str(t.dtype).removeprefix("torch."),
-                           "offset": t.storage_offset(), "shape": list(t.shape),
-                           "stride": list(t.stride())}  # fmt: skip
-        fields = {"name": p.name, "prop": p.prop, "block_size": p.block_size, "scale": p.scale,
-                  "rotate_v": p.rotate_v, "max_seq_len": p.max_seq_len, "nested": p.nested,
-                  "poisoned": p.poisoned}  # fmt: skip
-        like = p.q
-        budget = 4 * 4 * max(1, like.numel()) * 8 + sum(s.numel() for s in storages) + 1024
+        return self.send_probe(prov, p, streams)()
+
+    def send_probe(self, prov: Provider, p: Any, streams: bool = False) -> Any:
+        """Send probe `p` now; the returned function waits for the answer and gives what
+        `call_probe` gives (the judge computes the probe's oracle meanwhile). p's tensors are
+        not touched until then: the worker has copies."""
         if self.probe_deaths >= 3:  # a kernel that kills every worker: fail the rest at once
             raise CallFailed(f"not called: the last {self.probe_deaths} probes each ended their "
                              "worker")  # fmt: skip
+        packed = probes.pack(p)
+        box: dict[str, Any] = {}
         try:
-            header, outs = self._ask_probe(prov, p, views, fields, streams, storages, budget)
+            w = self._worker()
+            w.send_ahead({**packed.msg, "provider": prov.name, "streams": streams},
+                         f"probe {p.name}", lambda h, o: box.update(header=h, outs=o),
+                         packed.storages, packed.budget)  # fmt: skip
         except CallFailed:
             self.probe_deaths += 1
             raise
-        self.probe_deaths = 0
-        return self._probe_outputs(header, outs, storages, like)
 
-    def _ask_probe(self, prov: Provider, p: Any, views: dict, fields: dict, streams: bool,
-                   storages: list[torch.Tensor], budget: int) -> tuple[dict, list]:  # fmt: skip
-        return self.ask(
-            {"op": "probe", "provider": prov.name, "views": views, "fields": fields,
-             "buffer_names": list(p.buffers), "streams": streams, "device": p.q.device.type},
-            storages, budget, f"probe {p.name}")  # fmt: skip
+        def collect() -> dict[str, torch.Tensor]:
+            try:
+                w.settle()
+            except CallFailed:
+                if "header" not in box:
+                    self.probe_deaths += 1
+                    raise
+            if "header" not in box:  # the worker was replaced before this answer came
+                self.probe_deaths += 1
+                raise CallFailed("the worker ended before answering this probe")
+            self.probe_deaths = 0
+            return probes.unpack(box["header"], box["outs"], packed)
 
-    def _probe_outputs(self, header: dict, outs: list, storages: list[torch.Tensor],
-                       like: torch.Tensor) -> dict[str, torch.Tensor]:  # fmt: skip
-        if header.get("status") != "ok":
-            raise RuntimeError(f"{header.get('reason')}")
-        n = len(header.get("keys") or ())
-        changed = header.get("changed")
-        if (n != 4 or not isinstance(changed, list) or len(set(changed)) != len(changed)
-                or not all(isinstance(i, int) and 0 <= i < len(storages) for i in changed)
-                or len(outs) != 4 + len(changed)):
-            raise RuntimeError("malformed answer from the worker (outputs or buffers missing)")
-        # the storages the call changed come back (inputs-untouched reads them); the others
-        # hold what was sent
-        for i, after in zip(changed, outs[4:], strict=True):
-            st = storages[i]
-            if after.numel() == st.numel() and after.dtype == torch.uint8:
-                st.copy_(after.to(st.device))
-            else:
-                raise RuntimeError(f"malformed answer from the worker (buffer {i} resized)")
-        if header.get("in_flight"):
-            raise RuntimeError(f"output refused: {header['in_flight']}")
-        if header.get("aliases"):
-            raise RuntimeError(f"output-contract: {header['aliases']} alias an input's memory")
-        return {k: t.to(like.device) for k, t in zip(("O", "dQ", "dK", "dV"), outs[:4],
-                                                     strict=True)}  # fmt: skip
+        return collect
 
     # ------------------------------------------------------------------ end
 
