@@ -210,6 +210,24 @@ BASELINES: tuple[Mutant, ...] = (
         "block size",
         tests=(CUT,),
     ),
+    Mutant(
+        "fa2-negative-scale-passed-through",
+        _G,
+        "providers/fa2.py",
+        "        q, scale = -q, -scale",
+        "        pass",
+        "the FA2 baseline hands FA2 a negative scale, which its masking turns into NaN",
+        tests=("tests/providers/test_fa2_scale_sign.py",),
+    ),
+    Mutant(
+        "supports-scale-sign-unchecked",
+        _G,
+        "providers/_base.py",
+        "        if sign not in self.scales:",
+        "        if False:",
+        "a provider's declared scale signs are never checked: FA2 is run at scale 0 (NaN)",
+        tests=("tests/providers/test_fa2_scale_sign.py",),
+    ),
 )
 
 RULES_TESTS = "tests/test_regression_rules.py"

@@ -18,6 +18,16 @@ OUTPUT_KEYS: dict[str, tuple[str, ...]] = {
 ALL_DTYPES = ("bfloat16", "float16", "float32")
 
 
+SCALE_SIGNS = ("positive", "zero", "negative")
+
+
+def scale_sign(scale: float | None) -> str:
+    """"positive" for None (the default 1/sqrt(D)); else the sign of `scale`."""
+    if scale is None or scale > 0:
+        return "positive"
+    return "zero" if scale == 0 else "negative"
+
+
 class Unsupported(Exception):
     """The provider cannot run this case (dtype, head dim, device ...); not a failure by itself."""
 
@@ -50,6 +60,9 @@ class Supports:
     offsets_dtypes: tuple[str, ...] = ("int32",)
     max_seq_len: bool = False
     nested: bool = False
+    # Signs of `scale` it computes (None, the default 1/sqrt(D), is positive): a kernel whose
+    # masking multiplies -inf by the scale (FA v2's) gives NaN at 0, so it declares which.
+    scales: tuple[str, ...] = SCALE_SIGNS
     # Why the provider cannot run in this environment at all (e.g. its package is not
     # installed): every case is then "unsupported (declared)" with this reason.
     unavailable: str | None = None
@@ -61,6 +74,8 @@ class Supports:
         if set(self.offsets_dtypes) - {"int32", "int64"} or not self.offsets_dtypes:
             raise ValueError(f"Supports.offsets_dtypes: int32 and/or int64, got "
                              f"{self.offsets_dtypes}")  # fmt: skip
+        if set(self.scales) - set(SCALE_SIGNS) or not self.scales:
+            raise ValueError(f"Supports.scales: some of {SCALE_SIGNS}, got {self.scales}")
         if set(self.devices) - {"cpu", "cuda"}:
             raise ValueError(f"Supports.devices: only 'cpu' and 'cuda', got {self.devices}")
 
@@ -83,6 +98,9 @@ class Supports:
             return f"declared offsets dtypes {list(self.offsets_dtypes)}, case uses {odt}"
         if getattr(spec, "max_seq_len", "omitted") != "omitted" and not self.max_seq_len:
             return "declared no max_seq_len argument"
+        sign = scale_sign(getattr(spec, "scale", None))
+        if sign not in self.scales:
+            return f"declared scales {list(self.scales)}, case has a {sign} scale"
         if spec.variant in ("rotary", "projection") and not self.rotary:
             return "declared no rotary"
         if spec.variant in ("rotary", "projection") and spec.rotate_v not in self.rotate_v:

@@ -26,9 +26,14 @@ NAME = "fa2"
 ROLE = "baseline"
 # FA v2: P and dS rounded to the input dtype before their GEMMs, Di from the stored O
 ACCURACY_MODEL = "fa2-rounded-p-ds"
-# aten's flash kernels: CUDA, 16-bit only; rotary/projection outside (GQA by repeat)
+# aten's flash kernels: CUDA, 16-bit only; rotary/projection outside (GQA by repeat). Its
+# masking computes -inf * scale: NaN at scale 0, +inf (then NaN) below 0, in every row whose
+# tile holds a masked key (H100, results/h100_2026-11-27i). A negative scale is served exactly
+# by negating q (softmax(s QK^T) = softmax(|s| (-Q) K^T), autograd negates dQ back); 0 is
+# declared unsupported.
 SUPPORTS = Supports(dtypes=("bfloat16", "float16"), devices=("cuda",), gqa=True,
-                    offsets_dtypes=("int32", "int64"), max_seq_len=True)  # fmt: skip
+                    offsets_dtypes=("int32", "int64"), max_seq_len=True,
+                    scales=("positive", "negative"))  # fmt: skip
 
 
 def active_flash_impl() -> str | None:
@@ -150,6 +155,10 @@ def _attention(q, k, v, offsets, scale, block: int = BLOCK):
     if q.shape[0] == 0:
         return q * 0
     cu = block_cu_seqlens(offsets, block)  # the CASE's block size (never 64 regardless)
+    if scale is not None and scale < 0:  # exact: FA2 itself only takes a positive scale
+        q, scale = -q, -scale
+    if scale == 0:
+        raise Unsupported("FA v2's masking computes -inf * scale: NaN at scale 0")
     return _FA2Fn.apply(q.contiguous(), k.contiguous(), v.contiguous(), cu, scale, block)
 
 
