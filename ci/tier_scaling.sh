@@ -7,8 +7,10 @@
 #   bash ci/tier_scaling.sh OUT [pytest selection...]     (default selection: -m "not slow")
 #
 # CACHE=warm (default): the state a CI runner with a kept cache has.
-#   0. warm-up: the selection once on all GPUs (-n ALL_N, collection order) into one cache; its
-#      per-test seconds (cold) become the cost table. Not timed for the verdict.
+#   0. warm-up: the selection once on all GPUs (-n ALL_N; longest first by WARM_COSTS, default
+#      ci/baselines/test_costs_gpu.json where it exists, else collection order) into one cache;
+#      its per-test seconds (cold; WARM_COSTS for the tests it did not end) become the cost
+#      table of the timed runs. Not timed for the verdict.
 #   1. all GPUs, -n ALL_N (default: ci/xdist_plan.py workers), longest first;
 #   2. one GPU (CUDA_VISIBLE_DEVICES=0), -n ONE_N (default: xdist_plan.py workers --gpus 1),
 #      longest first, with all the time that is left;
@@ -23,7 +25,9 @@
 # L s still bounds the speedup from below (>= L / the N-GPU time), which the verdict reports.
 # Budget: BUDGET_S for everything (default 3000), WARM_MAX_S, ALL_FRAC (the N-GPU run's share of
 # what is left after the warm-up, default 0.4: beyond it 0.8 N cannot be shown in this budget).
-# OUT gets: runs.json, scaling.md, test_costs.json, costs_top.md, per run RUN.log + RUN_workers/.
+# OUT gets: runs.json, scaling.md, test_costs.json, costs_top.md (where the time went: the same
+# tests' seconds in both runs, work done by equal elapsed times, CPU/GPU utilisation from
+# util.tsv, failed tests), per run RUN.log + RUN_workers/.
 set -uo pipefail
 OUT=${1:?usage: ci/tier_scaling.sh OUT [pytest selection...]}
 shift
@@ -46,6 +50,8 @@ if python3 -c "import inspect, sys, xdist.plugin as p; sys.exit('maxschedchunk' 
   PYARGS+=(--maxschedchunk 1)  # one test at a time after the first two: greedy, longest first
 fi
 echo "[]" > "$OUT/runs.json"
+python3 ci/xdist_plan.py sample "$OUT/util.tsv" & SAMPLER=$!  # CPU and GPU busy, every second
+trap 'kill $SAMPLER 2>/dev/null' EXIT
 left() { echo $((BUDGET_S - ($(date +%s) - START) - 10)); }
 
 # run NAME GPUS WORKERS ORDER MAX_S CACHEDIR [record]: one pytest run; record=no for the warm-up.
@@ -60,6 +66,7 @@ run() {
   mkdir -p "$OUT/${name}_workers"
   if [ "$gpus" -eq 1 ]; then devs=0; else devs=$(seq -s, 0 $((gpus - 1))); fi
   [ "$order" = cost ] && costs_env=(BLOCKATTN_TEST_COSTS="$OUT/test_costs.json")
+  [ "$order" = baseline ] && costs_env=(BLOCKATTN_TEST_COSTS="$WARM_COSTS")
   echo "== $name: CUDA_VISIBLE_DEVICES=$devs pytest -n $workers ${PYARGS[*]} ${SEL[*]} (order $order, cache $cache, limit $max_s s)"
   local t0 t1 rc
   t0=$(date +%s.%N)
@@ -76,15 +83,15 @@ run() {
   echo "   exit $rc in $wall s, $done_n tests ended: $result"
   [ "$record" = yes ] || { echo "$name $rc $wall $done_n" > "$OUT/$name.status"; return 0; }
   python3 - "$OUT/runs.json" "$name" "$gpus" "$workers" "$order" "$wall" "$rc" "$result" \
-      "$done_n" "$CACHE" <<'EOF'
+      "$done_n" "$CACHE" "$t0" <<'EOF'
 import json, sys
-path, name, gpus, workers, order, wall, rc, result, done_n, cache = sys.argv[1:]
+path, name, gpus, workers, order, wall, rc, result, done_n, cache, t0 = sys.argv[1:]
 runs = json.load(open(path))
 if rc != "0":
     result = f"exit {rc}, {done_n} tests ended: {result}"[:200]
 runs.append({"name": name, "gpus": int(gpus), "workers": int(workers), "order": order,
              "cache": cache, "wall_s": float(wall), "exit": int(rc), "ok": rc == "0",
-             "tests_ended": int(done_n), "result": result})
+             "tests_ended": int(done_n), "result": result, "t0": round(float(t0), 2)})
 json.dump(runs, open(path, "w"), indent=1)
 EOF
 }
@@ -97,10 +104,13 @@ fresh() {
 }
 
 ORDER=collection
+WARM_COSTS=${WARM_COSTS:-ci/baselines/test_costs_gpu.json}
+WARM_ORDER=collection
+[ -f "$WARM_COSTS" ] && WARM_ORDER=baseline
 if [ "$CACHE" = warm ]; then
-  run warmup "$N" "$ALL_N" collection "${WARM_MAX_S:-1200}" "$CROOT/warm" no
+  run warmup "$N" "$ALL_N" "$WARM_ORDER" "${WARM_MAX_S:-1200}" "$CROOT/warm" no
   du -sh "$CROOT/warm/triton" "$CROOT/warm/inductor" 2>/dev/null | sed 's/^/   warm cache: /'
-  python3 ci/xdist_plan.py costs "$OUT/warmup_workers" "$OUT/test_costs.json" && ORDER=cost
+  python3 ci/xdist_plan.py costs "$OUT/warmup_workers" "$OUT/test_costs.json" --fill "$WARM_COSTS" && ORDER=cost
   ALL_LIMIT=$(python3 -c "print(int($(left) * ${ALL_FRAC:-0.4}))")
   run "${N}gpu_n${ALL_N}" "$N" "$ALL_N" "$ORDER" "${ALL_MAX_S:-$ALL_LIMIT}" "$(fresh all)"
   run "1gpu_n${ONE_N}" 1 "$ONE_N" "$ORDER" "${ONE_MAX_S:-1200}" "$(fresh one)"

@@ -17,7 +17,9 @@ they are ordered by, and the scaling table (issue 44 item 4).
   fast as one GPU of the same host at its best -n; a one-GPU run cut by its limit gives a
   lower bound).
 - `top OUT`: where the time went in a ci/tier_scaling.sh run (sums, longest test, busiest GPU,
-  the costliest tests).
+  the same tests' seconds in both runs, work done by equal elapsed times, CPU and GPU
+  utilisation, failed tests, the costliest tests).
+- `sample FILE`: CPU busy % and each GPU's utilisation every second, until killed.
 
 Used by tests/conftest.py (loaded by path: no import of blockattn here) and ci/multi_gpu.sh,
 ci/tier_scaling.sh.
@@ -31,6 +33,7 @@ import os
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -123,11 +126,17 @@ def order_items(items: list[Any], env: dict[str, str] | None = None) -> bool:
     return True
 
 
-def append_duration(log_dir: str | Path, worker: str, nodeid: str, seconds: float) -> None:
-    """One line of DIR/<worker>.durations.jsonl as each test ends (conftest's teardown hook)."""
+def append_duration(log_dir: str | Path, worker: str, nodeid: str, seconds: float,
+                    failed: bool = False) -> None:  # fmt: skip
+    """One line of DIR/<worker>.durations.jsonl as each test ends (conftest's teardown hook):
+    its seconds, the wall clock when it ended (progress at equal elapsed time across runs) and
+    whether a phase failed (a run cut before its summary still names its failures)."""
     Path(log_dir).mkdir(parents=True, exist_ok=True)
+    row: dict[str, Any] = {"test": nodeid, "s": round(seconds, 4), "end": round(time.time(), 2)}
+    if failed:
+        row["failed"] = True
     with (Path(log_dir) / f"{worker}.durations.jsonl").open("a") as f:
-        f.write(json.dumps({"test": nodeid, "s": round(seconds, 4)}) + "\n")
+        f.write(json.dumps(row) + "\n")
 
 
 def merge_durations(worker_dir: str | Path) -> dict[str, Any]:
@@ -230,6 +239,7 @@ def run_costs(out_dir: str | Path) -> str:
     one = [r["name"] for r in runs if r["gpus"] == 1]
     many = [r["name"] for r in runs if r["gpus"] > 1]
     cols = one[:1] + many[:1]
+    lines += _extra_sections(out, runs, tables, cols)
     if cols:
         ref = tables[cols[0]]
         lines += ["", f"Top 25 tests by seconds in {cols[0]}:", "",
@@ -241,6 +251,97 @@ def run_costs(out_dir: str | Path) -> str:
     return "\n".join(lines)
 
 
+def _lines(wdir: Path) -> list[dict[str, Any]]:
+    rows = []
+    for f in sorted(wdir.glob("*.durations.jsonl")):
+        for line in f.read_text().splitlines():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return rows
+
+
+def _extra_sections(out: Path, runs: list[dict[str, Any]], tables: dict[str, dict[str, float]],
+                    cols: list[str]) -> list[str]:  # fmt: skip
+    """run_costs' comparisons: the same tests' seconds in the one-GPU and the N-GPU run; the
+    work done by equal elapsed times (in the warm-up's seconds, a yardstick common to both);
+    mean CPU and GPU utilisation per run (util.tsv from `sample`); the failed tests."""
+    lines: list[str] = []
+    if len(cols) == 2:
+        a, b = (tables[c] for c in cols)
+        common = set(a) & set(b)
+        sa, sb = sum(a[t] for t in common), sum(b[t] for t in common)
+        lines += ["", f"The {len(common)} tests that ended in both {cols[0]} and {cols[1]}: "
+                  f"{sa:.0f} s and {sb:.0f} s of test time ({sa / sb if sb else float('nan'):.2f}x;"
+                  " with the same workers and order, the makespans go as this ratio)."]  # fmt: skip
+    yard_path = out / "test_costs.json"
+    timed = [r for r in runs if r.get("t0")]
+    if yard_path.exists() and timed:
+        yard = load_test_costs(yard_path)
+        span = min(r["wall_s"] for r in timed)
+        marks = [round(span * f) for f in (0.25, 0.5, 0.75, 1.0)]
+        lines += ["", "Work done by elapsed time (sum of the ended tests' seconds in "
+                  "test_costs.json, the yardstick both runs share):", "",
+                  "| run | " + " | ".join(f"{m} s" for m in marks) + " |",
+                  "|---|" + "---:|" * len(marks)]  # fmt: skip
+        for r in timed:
+            ends = [(x.get("end", 0) - r["t0"], yard.get(x["test"], 0.0))
+                    for x in _lines(out / f"{r['name']}_workers")]  # fmt: skip
+            vals = " | ".join(f"{sum(c for e, c in ends if e <= m):.0f}" for m in marks)
+            lines.append(f"| {r['name']} | {vals} |")
+    util = out / "util.tsv"
+    if util.exists() and timed:
+        rows = []
+        for line in util.read_text().splitlines():
+            try:
+                rows.append([float(x) for x in line.split()])
+            except ValueError:
+                continue
+        lines += ["", "| run | mean CPU busy % (all cores) | mean GPU utilisation % per GPU |",
+                  "|---|---:|---|"]  # fmt: skip
+        for r in timed:
+            sel = [x for x in rows if r["t0"] <= x[0] <= r["t0"] + r["wall_s"]]
+            if not sel:
+                continue
+            cpu = statistics.mean(x[1] for x in sel)
+            gpus = [statistics.mean(x[k] for x in sel) for k in range(2, len(sel[0]))]
+            lines.append(f"| {r['name']} | {cpu:.0f} | {', '.join(f'{g:.0f}' for g in gpus)} |")
+    for r in runs:
+        failed = sorted({x["test"] for x in _lines(out / f"{r['name']}_workers")
+                         if x.get("failed")})  # fmt: skip
+        if failed:
+            lines += ["", f"Failed in {r['name']}: " + ", ".join(f"`{t}`" for t in failed)]
+    return lines
+
+
+def sample(path: str | Path, every_s: float = 1.0) -> None:
+    """Until killed: a line every `every_s` of 'epoch cpu-busy-% gpu0-util-% gpu1-util-% ...'
+    (/proc/stat over the interval, nvidia-smi utilization.gpu)."""
+
+    def cpu_times() -> tuple[int, int]:
+        f = [int(x) for x in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
+        idle = f[3] + (f[4] if len(f) > 4 else 0)
+        return sum(f), idle
+
+    last = cpu_times()
+    with Path(path).open("a") as out:
+        while True:
+            time.sleep(every_s)
+            now = cpu_times()
+            tot, idle = now[0] - last[0], now[1] - last[1]
+            last = now
+            busy = 100.0 * (tot - idle) / tot if tot else 0.0
+            try:
+                smi = subprocess.run(["nvidia-smi", "--query-gpu=utilization.gpu",
+                                      "--format=csv,noheader,nounits"], capture_output=True,
+                                     text=True, timeout=10, check=False).stdout.split()  # fmt: skip
+            except (OSError, subprocess.SubprocessError):
+                smi = []
+            out.write(f"{time.time():.1f} {busy:.1f} {' '.join(smi)}\n")
+            out.flush()
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -249,10 +350,13 @@ def main(argv: list[str] | None = None) -> int:
     c = sub.add_parser("costs", help="merge BLOCKATTN_WORKER_LOG files into a cost table")
     c.add_argument("worker_dir")
     c.add_argument("out")
+    c.add_argument("--fill", help="a cost table for the tests the worker logs do not hold")
     t = sub.add_parser("table", help="timing table from a JSON list of runs")
     t.add_argument("runs_json")
     k = sub.add_parser("top", help="where the time went in a ci/tier_scaling.sh OUT folder")
     k.add_argument("out_dir")
+    m = sub.add_parser("sample", help="CPU and GPU utilisation every second, until killed")
+    m.add_argument("out_file")
     a = p.parse_args(argv)
     if a.cmd == "workers":
         gib = _gpu_gib()
@@ -261,11 +365,20 @@ def main(argv: list[str] | None = None) -> int:
         print(worker_count(n, cores, _host_gib(), min(gib) if gib else 0.0))
     elif a.cmd == "costs":
         table = merge_durations(a.worker_dir)
+        if a.fill and Path(a.fill).exists() and table["tests"]:
+            fill = {k: v for k, v in load_test_costs(a.fill).items() if k not in table["tests"]}
+            table["tests"] = dict(sorted({**table["tests"], **fill}.items()))
+            table["filled_from"] = f"{a.fill}: {len(fill)} tests"
         Path(a.out).write_text(json.dumps(table, indent=1) + "\n")
-        print(f"{len(table['tests'])} tests, {table['total_s']:.0f} s in all -> {a.out}")
+        print(
+            f"{len(table['tests'])} tests, {table['total_s']:.0f} s measured in all "
+            f"({table.get('filled_from', 'none filled')}) -> {a.out}"
+        )
         return 0 if table["tests"] else 1
     elif a.cmd == "top":
         print(run_costs(a.out_dir))
+    elif a.cmd == "sample":
+        sample(a.out_file)
     else:
         text, ok = scaling_table(json.loads(Path(a.runs_json).read_text()))
         print(text)

@@ -93,17 +93,22 @@ def device() -> str:
 # ---- multi-GPU CI evidence (ci/multi_gpu.sh): which GPU each xdist worker ran its tests on ----
 _RAN: list[str] = []
 _SECONDS: dict[str, float] = {}  # per test, setup + call + teardown: the next run's cost table
+_FAILED: set[str] = set()  # tests with a failed phase: named in the per-test lines
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if report.when == "call" and not report.skipped:
         _RAN.append(report.nodeid)
     _SECONDS[report.nodeid] = _SECONDS.get(report.nodeid, 0.0) + report.duration
+    if report.failed:
+        _FAILED.add(report.nodeid)
     log_dir = os.environ.get("BLOCKATTN_WORKER_LOG")
     if log_dir and report.when == "teardown" and os.environ.get("PYTEST_XDIST_WORKER"):
-        # One line per test as it ends: a run killed by its time limit still leaves its times.
+        # One line per test as it ends (its seconds, when it ended, whether it failed): a run
+        # killed by its time limit still leaves its times, its progress and its failures.
         _xdist_plan.append_duration(log_dir, os.environ["PYTEST_XDIST_WORKER"], report.nodeid,
-                                    _SECONDS[report.nodeid])  # fmt: skip
+                                    _SECONDS[report.nodeid],
+                                    failed=report.nodeid in _FAILED)  # fmt: skip
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

@@ -122,6 +122,17 @@ def test_a_cut_one_gpu_run_bounds_the_speedup_from_below(tmp_path: Path) -> None
     text = xp.run_costs(tmp_path)
     assert "| 2gpu_n24 | 4 | 12 | 0.5 | 5.0 | 7 | 100.0 |" in text  # GPU 0: gw0 + gw2
     assert "| `t0` | 10.0 | 5.0 |" in text.splitlines()[-4]
+    assert "The 4 tests that ended in both 1gpu_n24 and 2gpu_n24: 24 s and 12 s" in text
+    # Lines carry when each test ended and whether it failed: a cut run names its failures,
+    # and with each run's start (t0) and a yardstick table, the work done by equal times shows.
+    xp.append_duration(tmp_path / "2gpu_n24_workers", "gw9", "t9", 1.0, failed=True)
+    line = json.loads((tmp_path / "2gpu_n24_workers" / "gw9.durations.jsonl").read_text())
+    assert line["failed"] is True and line["end"] > 1.7e9
+    (tmp_path / "test_costs.json").write_text(json.dumps({"tests": {"t9": 3.0}}))
+    (tmp_path / "runs.json").write_text(json.dumps([{**two, "t0": line["end"] - 60}, cut]))
+    text = xp.run_costs(tmp_path)
+    assert "Failed in 2gpu_n24: `t9`" in text
+    assert "| 25 s | 50 s | 75 s | 100 s |" in text and "| 2gpu_n24 | 0 | 0 | 3 | 3 |" in text
 
 
 @pytest.mark.parametrize("ok", [True, False])
