@@ -131,12 +131,20 @@ class Battery:
         worker the call runs while the judge computes the probe's oracle; in-process (or
         through a `caller`) it has run before this returns."""
         if self.caller is None and self.prov.worker is not None:
-            return self.prov.worker.send_probe(self.prov, p)
+            collect = self.prov.worker.send_probe(self.prov, p)
+            return lambda: collect()[0]
         try:
             out = self.call(p)
         except Exception as exc:  # raised when its outputs are asked for, as from a worker
             return _raiser(exc)
         return lambda: out
+
+    def repeat_calls(self, p: C.Probe, n: int) -> list[dict[str, Tensor]]:
+        """`n` more calls on `p`: in a worker, one trip whose outputs all come back (sending the
+        inputs once instead of n times is most of an isolated battery's cost on a GPU)."""
+        if self.caller is None and self.prov.worker is not None:
+            return self.prov.worker.call_repeats(self.prov, p, n) if n > 0 else []
+        return [self.call(p) for _ in range(n)]
 
     def add(self, prop: str, probe: str, ok: bool | None, detail: str = "") -> None:
         status = "measured" if ok is None else ("pass" if ok else "FAIL")
@@ -347,8 +355,7 @@ class Battery:
         if first is None:
             return
         differ, which = 0, []
-        for _ in range(self.repeats - 1):
-            again = self.call(p)
+        for again in self.repeat_calls(p, self.repeats - 1):
             d = [k for k in KEYS if not torch.equal(_bits(first[k]), _bits(again[k]))]
             differ += bool(d)
             which += [k for k in d if k not in which]

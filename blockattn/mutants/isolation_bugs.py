@@ -69,6 +69,17 @@ ISOLATION: tuple[Mutant, ...] = (
         tests=("tests/redteam/test_wire.py::test_sealed_file_is_read_and_copied_out",),
     ),
     Mutant(
+        "isolation-repeats-answer-the-first-call",
+        "isolation",
+        "run/worker.py",
+        "        snaps.append(snap)",
+        "        snaps.append(snaps[0] if snaps else snap)",
+        "the worker answers the first call's outputs for every repeat of a probe: a kernel "
+        "whose gradients differ from call to call passes determinism",
+        tests=("tests/contract/test_battery.py::test_gate_fails_each_broken_promise_and_passes_"
+               "the_faithful_kernel[flaky-determinism]",),
+    ),
+    Mutant(
         "isolation-gate-takes-in-process", "isolation", "commands/gate.py",
         '            and p.get("isolation") != "worker"]',
         '            and p.get("isolation") not in ("worker", "NOT ISOLATED")]',

@@ -508,16 +508,22 @@ class Sandbox:
         """The battery's call of `prov`'s kernel on probe `p`, in the worker. Afterwards p's
         buffers hold what the worker's copies held after the call (inputs-untouched reads
         them); a refused output raises, naming why."""
-        return self.send_probe(prov, p, streams)()
+        return self.send_probe(prov, p, streams)()[0]
 
-    def send_probe(self, prov: Provider, p: Any, streams: bool = False) -> Any:
-        """Send probe `p` now; the returned function waits for the answer and gives what
-        `call_probe` gives (the judge computes the probe's oracle meanwhile). p's tensors are
-        not touched until then: the worker has copies."""
+    def call_repeats(self, prov: Provider, p: Any, repeats: int) -> list[dict[str, torch.Tensor]]:
+        """`repeats` calls of the kernel on probe `p` in one trip (the worker restores the inputs
+        it was sent before each): the outputs of each, judged here."""
+        return self.send_probe(prov, p, repeats=repeats)()
+
+    def send_probe(self, prov: Provider, p: Any, streams: bool = False,
+                   repeats: int = 1) -> Any:  # fmt: skip
+        """Send probe `p` now; the returned function waits for the answer and gives the outputs
+        of each call (the judge computes the probe's oracle meanwhile). p's tensors are not
+        touched until then: the worker has copies."""
         if self.probe_deaths >= 3:  # a kernel that kills every worker: fail the rest at once
             raise CallFailed(f"not called: the last {self.probe_deaths} probes each ended their "
                              "worker")  # fmt: skip
-        packed = probes.pack(p)
+        packed = probes.pack(p, repeats)
         box: dict[str, Any] = {}
         try:
             w = self._worker()

@@ -21,8 +21,9 @@ class Packed:
     like: torch.Tensor  # where the outputs go (the probe's q)
 
 
-def pack(p: Any) -> Packed:
-    """Probe `p` as storages and views into them (aliasing between inputs survives the trip)."""
+def pack(p: Any, repeats: int = 1) -> Packed:
+    """Probe `p` as storages and views into them (aliasing between inputs survives the trip),
+    called `repeats` times in a row on the same inputs (determinism: one trip, not one each)."""
     storages: list[torch.Tensor] = []
     views: dict[str, Any] = {}
     index: dict[int, int] = {}
@@ -46,26 +47,27 @@ def pack(p: Any) -> Packed:
               "rotate_v": p.rotate_v, "max_seq_len": p.max_seq_len, "nested": p.nested,
               "poisoned": p.poisoned}  # fmt: skip
     msg = {"op": "probe", "views": views, "fields": fields, "buffer_names": list(p.buffers),
-           "device": p.q.device.type}  # fmt: skip
-    budget = 4 * 4 * max(1, p.q.numel()) * 8 + sum(s.numel() for s in storages) + 1024
+           "device": p.q.device.type, "repeats": repeats}  # fmt: skip
+    budget = repeats * 4 * 4 * max(1, p.q.numel()) * 8 + sum(s.numel() for s in storages) + 1024
     return Packed(msg, storages, budget, p.q)
 
 
-def unpack(header: dict, outs: list, packed: Packed) -> dict[str, torch.Tensor]:
-    """The outputs of the worker's answer, on the probe's device; the changed storages written
-    back into the probe's. Raises, naming why, on a refused or malformed answer."""
-    storages = packed.storages
+def unpack(header: dict, outs: list, packed: Packed) -> list[dict[str, torch.Tensor]]:
+    """The outputs of each call of the worker's answer, on the probe's device; the changed
+    storages written back into the probe's. Raises, naming why, on a refused or malformed
+    answer."""
+    storages, r = packed.storages, int(packed.msg["repeats"])
     if header.get("status") != "ok":
         raise RuntimeError(f"{header.get('reason')}")
     n = len(header.get("keys") or ())
     changed = header.get("changed")
     if (n != 4 or not isinstance(changed, list) or len(set(changed)) != len(changed)
             or not all(isinstance(i, int) and 0 <= i < len(storages) for i in changed)
-            or len(outs) != 4 + len(changed)):
+            or len(outs) != 4 * r + len(changed)):
         raise RuntimeError("malformed answer from the worker (outputs or buffers missing)")
-    # the storages the call changed come back (inputs-untouched reads them); the others hold
+    # the storages the calls changed come back (inputs-untouched reads them); the others hold
     # what was sent
-    for i, after in zip(changed, outs[4:], strict=True):
+    for i, after in zip(changed, outs[4 * r:], strict=True):
         st = storages[i]
         if after.numel() == st.numel() and after.dtype == torch.uint8:
             st.copy_(after.to(st.device))
@@ -76,4 +78,5 @@ def unpack(header: dict, outs: list, packed: Packed) -> dict[str, torch.Tensor]:
     if header.get("aliases"):
         raise RuntimeError(f"output-contract: {header['aliases']} alias an input's memory")
     dev = packed.like.device
-    return {k: t.to(dev) for k, t in zip(OUTPUTS, outs[:4], strict=True)}
+    return [{k: t.to(dev) for k, t in zip(OUTPUTS, outs[4 * j:4 * j + 4], strict=True)}
+            for j in range(r)]  # fmt: skip
