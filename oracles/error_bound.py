@@ -16,10 +16,14 @@ bound on what an implementation that follows the model can have lost up to that 
 * beyond first order (ERROR_ANALYSIS.md §4): the constant c = 2 covers a step's higher-order
   remainder up to the size of its first-order terms; where a remainder can be larger (the
   softmax of logits whose bound is not small next to 1, a product of two factors that both
-  carry an error larger than themselves) only that excess is added to E.
+  carry an error larger than themselves) only that excess is added to E;
+* a rounding after the softmax scale (ERROR_ANALYSIS.md §4): a model whose implementation rounds
+  scale * dS once more (eager's autograd) declares it (`after_scale`); in units of dS that
+  rounding's subnormal floor is eta / |scale|.
 
 The model is a dict {"u": {class: unit roundoff}, "eta": {class: absolute floor}} over the
 rounding classes in CLASSES; a class missing from a model is an error (nothing defaults to 0).
+An optional "after_scale" lists the classes (of AFTER_SCALE) rounded once more as scale * x.
 Every model is evaluated in one pass (leading dim M); the first-order terms are linear in the
 (u, eta), the excess terms above are 0 unless an error bound is not small next to 1. The
 bound E is returned in float32: it needs three significant digits, not 16.
@@ -28,6 +32,7 @@ This module imports nothing from `blockattn`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 import torch
@@ -55,6 +60,8 @@ CLASSES: tuple[str, ...] = (
     "io",  # projection: q/k/v and dq/dk/dv stored between the GEMMs and the attention
     "acc",  # one addition of a GEMM accumulation (times the inner length n)
 )
+# Classes a model may declare rounded once more after the softmax scale multiply ("after_scale").
+AFTER_SCALE: tuple[str, ...] = ("dS_gemm",)
 
 
 def _model_tensors(models: Sequence[Mapping], device: torch.device) -> dict[str, Tensor]:
@@ -74,6 +81,15 @@ def _model_tensors(models: Sequence[Mapping], device: torch.device) -> dict[str,
                     raise ValueError(f"models[{i}]: {part}.{cls} must be a number >= 0, got {x!r}")
                 vals.append(float(x))
             out[f"{part}.{cls}"] = torch.tensor(vals, dtype=F64, device=device).view(-1, 1, 1, 1, 1)
+    for i, m in enumerate(models):
+        extra = m.get("after_scale", ())
+        if isinstance(extra, str) or not set(extra) <= set(AFTER_SCALE):
+            raise ValueError(f"models[{i}]: after_scale must list classes of {AFTER_SCALE}, "
+                             f"got {extra!r}")
+    for cls in AFTER_SCALE:
+        flags = [float(cls in m.get("after_scale", ())) for m in models]
+        out[f"after_scale.{cls}"] = torch.tensor(flags, dtype=F64, device=device).view(-1, 1, 1,
+                                                                                      1, 1)
     return out
 
 
@@ -87,6 +103,27 @@ def _abs_rotate(a: Tensor, sin: Tensor, cos: Tensor) -> Tensor:
 def _rounding(x: Tensor, m: dict[str, Tensor], cls: str) -> Tensor:
     """u |x| + eta [x != 0]: one rounding of x in class `cls`, for every model."""
     return m[f"u.{cls}"] * x.abs() + m[f"eta.{cls}"] * (x != 0)
+
+
+def _after_scale(x: Tensor, m: dict[str, Tensor], cls: str, scale: float) -> Tensor:
+    """E, in units of x, of rounding scale * x_hat once more in class `cls`, for the models that
+    declare it (after_scale.<cls> = 1; 0 for the others, so their bound is unchanged bit for bit).
+
+    One rounding to nearest of y errs by at most u |y| where |y| is at least the smallest normal
+    eta / u, and by at most eta below it (ERROR_ANALYSIS.md §4). The relative part is 0 when
+    |scale| is a power of two (the product is exact in the normal range); the floor is charged as
+    min(eta, (2 eta - u |y|)+): eta up to the smallest normal, 0 from twice it, and it moves by at
+    most u |y_hat - y| (u E, left to c as for every rounding). Divided by |scale|: units of x.
+    0 where x = 0 or scale = 0 (an exact product).
+    """
+    asc = abs(scale)
+    if asc == 0.0:
+        return torch.zeros_like(x)
+    u, eta = m[f"u.{cls}"], m[f"eta.{cls}"]
+    y = asc * x.abs()
+    rel = 0.0 if math.frexp(asc)[0] == 0.5 else u * y  # |scale| = 2^k: exact above the normals
+    floor = torch.minimum(eta, (2.0 * eta - u * y).clamp_min(0.0))
+    return m[f"after_scale.{cls}"] * (rel + floor) * (x != 0) / asc
 
 
 def _mm(a: Tensor, b: Tensor) -> Tensor:
@@ -203,6 +240,7 @@ class _Chain:
         e_ds = e_ds + _excess(e_pb, p) * _excess(e_dp + e_di, d.abs())
         e_ds = e_ds + 2 * m["eta.softmax"]  # the subtraction and the product, flushed
         e_dsg = e_ds + _rounding(ds, m, "dS_gemm")
+        e_dsg = e_dsg + _after_scale(ds, m, "dS_gemm", sc)  # eager: scale * dS rounded again
         ads = ds.abs()
         dq = sc * (ds @ k)
         e_dq = asc * (_mm(e_dsg, ak) + _mm(ads, ek) + bs * (m["u.acc"] * (ads @ ak) + m["eta.acc"]))

@@ -29,6 +29,13 @@ CLASSES: tuple[str, ...] = (
     "io", "acc",
 )  # fmt: skip  (= oracles.error_bound.CLASSES; tests/bounds checks it)
 
+# Classes a model's implementation rounds once more as scale * x, after the softmax scale
+# multiply (ERROR_ANALYSIS.md §2 eager, §4 "A rounding after the softmax scale"): eager's
+# autograd rounds dS to the input dtype and then the gradient of `S * scale`, scale * dS, again.
+# Which value a class rounds is part of the computation the model's name stands for, as its
+# description is; the constants of a released file cannot change (MANIFEST), so it is kept here.
+AFTER_SCALE: dict[str, tuple[str, ...]] = {"eager-input-dtype": ("dS_gemm",)}
+
 _SYMBOLS = "u_in|u_fp32|eta_in|eta_fp32|tiny_fp32"
 _TERM = re.compile(rf"^\s*(?:(\d+(?:\.\d+)?)\s*\*?\s*)?({_SYMBOLS})(?:\^(\d))?\s*$")
 _NUM = re.compile(r"^\s*\d+(?:\.\d+)?\s*$")
@@ -65,10 +72,11 @@ class Model:
     eta: dict[str, str]
     data: dict[str, Any]
 
-    def resolve(self, dtype: str) -> dict[str, dict[str, float]]:
+    def resolve(self, dtype: str) -> dict[str, Any]:
         return {
             "u": {k: evaluate(v, dtype) for k, v in self.u.items()},
             "eta": {k: evaluate(v, dtype) for k, v in self.eta.items()},
+            "after_scale": AFTER_SCALE.get(self.name, ()),
         }
 
     @property

@@ -223,6 +223,28 @@ SUITE: tuple[Mutant, ...] = (
         tests=("tests/bounds/test_large_logit_errors.py",),
     ),
     Mutant(
+        "suite-bound-no-rounding-after-scale",
+        "suite",
+        ERROR_BOUND,
+        'e_dsg = e_dsg + _after_scale(ds, m, "dS_gemm", sc)  # eager: scale * dS rounded again',
+        'e_dsg = e_dsg  # eager: scale * dS rounded again',
+        "eager's second rounding of dS, as scale * dS, is dropped from its bound: at a tiny scale "
+        "that value is subnormal in fp16 and errs by up to eta / |scale| in units of dS (issue "
+        "42: eager fp16 dQ/dK flagged on CPU, blockattn gate --seed 1557678608 --no-contract "
+        "--fuzz-only --fuzz 4)",
+        tests=("tests/bounds/test_scaled_ds_rounding.py",),
+    ),
+    Mutant(
+        "suite-bound-eager-not-after-scale",
+        "suite",
+        "bounds/models.py",
+        'AFTER_SCALE: dict[str, tuple[str, ...]] = {"eager-input-dtype": ("dS_gemm",)}',
+        "AFTER_SCALE: dict[str, tuple[str, ...]] = {}",
+        "the eager model no longer declares that it rounds scale * dS: its bound loses the "
+        "rounding after the scale (as suite-bound-no-rounding-after-scale, through the model)",
+        tests=("tests/bounds/test_scaled_ds_rounding.py",),
+    ),
+    Mutant(
         "suite-false-alarms-blind-to-baselines",
         "suite",
         "commands/false_alarms.py",
