@@ -220,6 +220,16 @@ BASELINES: tuple[Mutant, ...] = (
         tests=("tests/providers/test_fa2_scale_sign.py",),
     ),
     Mutant(
+        "baseline-projection-rounded-twice",
+        _G,
+        "providers/_common.py",
+        "    y = x @ w if bias is None else torch.addmm(bias, x, w)",
+        "    y = x @ w if bias is None else x @ w + bias",
+        "the baselines round x @ w and then add the bias (two roundings, one in their models): "
+        "a false alarm where the two nearly cancel",
+        tests=("tests/providers/test_baseline_projection_rounding.py",),
+    ),
+    Mutant(
         "supports-scale-sign-unchecked",
         _G,
         "providers/_base.py",

@@ -6,6 +6,9 @@ Deliberately independent of `oracles` and of the Triton kernels: a baseline must
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import torch
 
 BLOCK = 64
@@ -93,11 +96,11 @@ def split_projection(
     qheads: int,
     kvheads: int,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """x @ w + bias -> (q, k, v) with k/v heads repeated for GQA."""
+    """x @ w + bias -> (q, k, v) with k/v heads repeated for GQA. One GEMM with the bias in its
+    epilogue (as `nn.Linear`), rounded once, as the accuracy models say: x @ w rounded and then
+    the bias added rounds twice, which is outside the bound where the two nearly cancel."""
     T = x.shape[0]
-    y = x @ w
-    if bias is not None:
-        y = y + bias
+    y = x @ w if bias is None else torch.addmm(bias, x, w)
     D = w.shape[1] // (qheads + 2 * kvheads)
     q, k, v = torch.split(y, [qheads * D, kvheads * D, kvheads * D], dim=1)
     q = q.reshape(T, qheads, D)
@@ -110,12 +113,32 @@ def split_projection(
     return q, k, v
 
 
+@contextlib.contextmanager
+def fp32_reductions() -> Iterator[None]:
+    """16-bit GEMMs reduce in FP32, as the baselines' accuracy models say (class `acc`): torch
+    lets cuBLAS round split-K partial sums to bf16/fp16 by default, which no model covers."""
+    m = torch.backends.cuda.matmul
+    saved = (m.allow_bf16_reduced_precision_reduction, m.allow_fp16_reduced_precision_reduction)
+    m.allow_bf16_reduced_precision_reduction = False
+    m.allow_fp16_reduced_precision_reduction = False
+    try:
+        yield
+    finally:
+        m.allow_bf16_reduced_precision_reduction, m.allow_fp16_reduced_precision_reduction = saved
+
+
 def run_autograd(
     inputs,  # blockattn.cases.inputs.Inputs
     variant: str,
     attention,  # (q, k, v, offsets, scale) -> o
 ) -> dict[str, torch.Tensor]:
-    """Drive `attention` through the three variants; rotary/projection in the input dtype."""
+    """Drive `attention` through the three variants; rotary/projection in the input dtype,
+    every GEMM (forward and backward) reducing in FP32."""
+    with fp32_reductions():
+        return _run_autograd(inputs, variant, attention)
+
+
+def _run_autograd(inputs, variant: str, attention) -> dict[str, torch.Tensor]:
     spec = inputs.spec
     scale = spec.effective_scale
     block = getattr(spec, "block_size", BLOCK)

@@ -84,3 +84,29 @@ def test_scale_signs_are_declared_and_checked() -> None:
     assert Supports().refusal(CaseSpec(lengths=(3,), H=1, D=64, scale=0.0), "cpu", "cpu") is None
     with pytest.raises(ValueError, match="scales"):
         Supports(scales=("imaginary",))
+
+
+def test_baselines_reduce_gemms_in_fp32_and_restore_the_flags() -> None:
+    # torch lets cuBLAS round split-K partial sums to 16 bits by default; the baselines' models
+    # (class `acc`) assume FP32 reductions, so run_autograd turns that off around the whole
+    # forward and backward and restores the caller's setting afterwards
+    from blockattn.cases.inputs import build_inputs
+    from blockattn.providers import _common
+
+    m = torch.backends.cuda.matmul
+    seen = []
+
+    def attention(q, k, v, offsets, scale, block):
+        seen.append((m.allow_bf16_reduced_precision_reduction,
+                     m.allow_fp16_reduced_precision_reduction))  # fmt: skip
+        return q * 1.0
+
+    inp = build_inputs(CaseSpec(lengths=(5, 3), H=1, D=64, dtype="bfloat16"), "cpu")
+    before = (m.allow_bf16_reduced_precision_reduction, m.allow_fp16_reduced_precision_reduction)
+    m.allow_bf16_reduced_precision_reduction = m.allow_fp16_reduced_precision_reduction = True
+    try:
+        _common.run_autograd(inp, "plain", attention)
+        assert seen == [(False, False)]
+        assert m.allow_bf16_reduced_precision_reduction and m.allow_fp16_reduced_precision_reduction
+    finally:
+        m.allow_bf16_reduced_precision_reduction, m.allow_fp16_reduced_precision_reduction = before
