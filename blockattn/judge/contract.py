@@ -203,14 +203,10 @@ class Battery:
         self.add("output-contract", p.name, not bad, "; ".join(bad))
         return out
 
-    def judge_numbers(self, p: C.Probe, out: dict[str, Tensor]) -> str:
-        """'' when every output meets the oracle by the provider's model, else why not. `p`
-        holds the inputs as they were before the call (a kernel may have written to them)."""
-        return self.compare(self.reference(p), out)
-
     def reference(self, p: C.Probe) -> Any:
         """What `compare` judges outputs by: the oracle's outputs, the model's bounds and the
-        token map of `p` (None for an empty probe)."""
+        token map of `p` (None for an empty probe). `p` holds the inputs as they were before the
+        call (a kernel may have written to them)."""
         import oracles
         from blockattn.bounds.elementwise import TokenMap
         from oracles import error_bound
@@ -238,7 +234,7 @@ class Battery:
         return ref, bounds, TokenMap(p.offsets, p.T, p.block_size, ref["O"].device), dtype_name
 
     def compare(self, reference: Any, out: dict[str, Tensor]) -> str:
-        """'' when every output meets `reference` (from `reference`), else why not."""
+        """'' when every output meets the oracle by the provider's model, else why not."""
         if reference is None:
             return ""
         ref, bounds, tmap, dtype_name = reference

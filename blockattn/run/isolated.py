@@ -534,7 +534,7 @@ class Sandbox:
             self.probe_deaths += 1
             raise
 
-        def collect() -> dict[str, torch.Tensor]:
+        def collect() -> list[dict[str, torch.Tensor]]:
             try:
                 w.settle()
             except CallFailed:
