@@ -160,6 +160,18 @@ class Worker:
             header, outs = self._answer(None, (), max_bytes, what, None)
             check(header, outs)
 
+    def answer(self, box: dict[str, Any], what: str) -> tuple[dict[str, Any], list]:
+        """The answer a `send_ahead` whose check was `box.update` stored in `box`, once every
+        answer before it is read; CallFailed when the worker failed or ended before giving it."""
+        try:
+            self.settle()
+        except CallFailed:
+            if "header" not in box:
+                raise
+        if "header" not in box:  # the worker was replaced before this answer came
+            raise CallFailed(f"the worker ended before answering this {what}")
+        return box["header"], box["outs"]
+
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
@@ -468,13 +480,10 @@ class Sandbox:
 
         def collect() -> tuple[dict[str, torch.Tensor] | None, dict[str, Any]]:
             try:
-                w.settle()
+                header, outs = w.answer(box, "call")
             except CallFailed as exc:
-                if "header" not in box:
-                    return failed(exc)
-            if "header" not in box:  # the worker was replaced before this answer came
-                return failed(CallFailed("the worker ended before answering this call"))
-            return self._case_result(box["header"], box["outs"], like, base, variant, t0)
+                return failed(exc)
+            return self._case_result(header, outs, like, base, variant, t0)
 
         return collect
 
@@ -536,16 +545,12 @@ class Sandbox:
 
         def collect() -> list[dict[str, torch.Tensor]]:
             try:
-                w.settle()
+                header, outs = w.answer(box, "probe")
             except CallFailed:
-                if "header" not in box:
-                    self.probe_deaths += 1
-                    raise
-            if "header" not in box:  # the worker was replaced before this answer came
                 self.probe_deaths += 1
-                raise CallFailed("the worker ended before answering this probe")
+                raise
             self.probe_deaths = 0
-            return probes.unpack(box["header"], box["outs"], packed)
+            return probes.unpack(header, outs, packed)
 
         return collect
 

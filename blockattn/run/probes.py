@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-OUTPUTS = ("O", "dQ", "dK", "dV")
+from blockattn.run.calls import KEYS
 
 
 @dataclass
@@ -78,5 +78,5 @@ def unpack(header: dict, outs: list, packed: Packed) -> list[dict[str, torch.Ten
     if header.get("aliases"):
         raise RuntimeError(f"output-contract: {header['aliases']} alias an input's memory")
     dev = packed.like.device
-    return [{k: t.to(dev) for k, t in zip(OUTPUTS, outs[4 * j:4 * j + 4], strict=True)}
+    return [{k: t.to(dev) for k, t in zip(KEYS, outs[4 * j:4 * j + 4], strict=True)}
             for j in range(r)]  # fmt: skip
