@@ -18,7 +18,7 @@ from typing import Any
 
 from blockattn.cases.spec import CaseSpec
 from blockattn.judge import verdict as _verdict
-from blockattn.judge.evaluate import evaluate_case
+from blockattn.judge.evaluate import Begun, begin_case, finish_case
 from blockattn.run import isolated
 from blockattn.run.results import ResultsWriter, check_results_file, load_records
 from blockattn.run.session import provider_specs
@@ -113,9 +113,16 @@ def run_cases(
     results_path = out / "results.jsonl"
     before = results_path.read_bytes() if results_path.exists() else b""
     written: list[str] = []
+    # Isolated, the next case is sent to the worker before this one is judged: the worker runs
+    # it while the judge computes this case's oracle and baselines (one case ahead, no more).
+    ahead = 1 if sb is not None and not sb.in_process else 0
+    begun: list[Begun] = []
     with ResultsWriter(out) as w:
-        for spec in todo:
-            rec = evaluate_case(spec, provider_names, under_test, baseline, tol=tol)
+        for k, spec in enumerate(todo):
+            while len(begun) <= ahead and k + len(begun) < len(todo):
+                begun.append(begin_case(todo[k + len(begun)], provider_names, under_test,
+                                        baseline))  # fmt: skip
+            rec = finish_case(begun.pop(0), tol=tol)
             status = "done"
             if tol is not None:
                 v = _verdict.evaluate(rec, tol, under_test)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -73,14 +74,28 @@ def _judge_provider(
     return res
 
 
-def evaluate_case(
+@dataclass
+class Begun:
+    """A case whose inputs are built and whose isolated call is on its way (`begin_case`); its
+    oracle, the other providers and the judging follow in `finish_case`."""
+
+    spec: CaseSpec
+    rec: dict[str, Any]
+    provider_names: list[str]
+    inp: Inputs | None = None  # None: building the inputs failed (rec says why)
+    ahead: dict[str, Any] = field(default_factory=dict)
+    prep_s: float = 0.0
+
+
+def begin_case(
     spec: CaseSpec,
     provider_names: list[str],
     under_test: str,
     baseline: str,
     device: str | None = None,
-    tol=None,  # Tolerances | None: its accuracy models give each provider's elementwise bound
-) -> dict[str, Any]:
+) -> Begun:
+    """Build the case's inputs and send them to the first isolated provider's worker, which
+    runs the call while the judge computes oracles (of this case, or of the one before it)."""
     info = device_info()
     dev = device or info["device"]
     rec: dict[str, Any] = {
@@ -102,7 +117,7 @@ def evaluate_case(
         rec["oracle_error"] = f"building inputs: {type(exc).__name__}: {exc}"
         rec["T"] = rec["max_seq_len"] = rec["n_seqs"] = rec["realized_sparsity"] = None
         rec["wall_s"] = time.perf_counter() - t0
-        return rec
+        return Begun(spec, rec, provider_names)
     lens = (inp.offsets[1:] - inp.offsets[:-1]).tolist() if inp.offsets.numel() > 1 else []
     rec["T"] = inp.T
     rec["max_seq_len"] = int(max(lens, default=0))
@@ -117,6 +132,16 @@ def evaluate_case(
         if (collect := send_ahead(providers.get(name), inp, spec.variant)) is not None:
             ahead[name] = collect
             break
+    return Begun(spec, rec, provider_names, inp, ahead, time.perf_counter() - t0)
+
+
+def finish_case(b: Begun, tol=None) -> dict[str, Any]:
+    """The oracle, every provider's outputs (the call sent ahead collected) and their metrics:
+    the case's record. `tol`: its accuracy models give each provider's elementwise bound."""
+    rec, inp, spec = b.rec, b.inp, b.spec
+    if inp is None:
+        return rec
+    t0 = time.perf_counter() - b.prep_s  # the case's own time: its preparation, then this
     try:
         # The oracle outputs stay on the case's device: metrics reduce them there, in chunks.
         ref = {k: v.detach() for k, v in oracle_outputs(inp).items()}
@@ -129,12 +154,12 @@ def evaluate_case(
     tmap = TokenMap(inp.offsets, inp.T, spec.block_size, ref["O"].device)
     if tol is not None:
         rec["tolerances"] = {"version": tol.version, "sha256": tol.sha256}
-    for name in provider_names:
+    for name in b.provider_names:
         prov = providers.get(name)
         rec["providers"][name] = _judge_provider(
-            prov, inp, spec.variant, ref, spec.dtype, tol, tmap, ahead.pop(name, None)
+            prov, inp, spec.variant, ref, spec.dtype, tol, tmap, b.ahead.pop(name, None)
         )
-    ut, bl = rec["providers"].get(under_test), rec["providers"].get(baseline)
+    ut, bl = rec["providers"].get(rec["under_test"]), rec["providers"].get(rec["baseline"])
     if ut and bl and ut["status"] == "ok" and bl["status"] == "ok":
         rec["vs_baseline"] = {
             k: metrics.ratio(m["max_abs"], bl["tensors"][k]["max_abs"], m["floor_eff"])
@@ -145,3 +170,13 @@ def evaluate_case(
     return rec
 
 
+def evaluate_case(
+    spec: CaseSpec,
+    provider_names: list[str],
+    under_test: str,
+    baseline: str,
+    device: str | None = None,
+    tol=None,  # Tolerances | None: its accuracy models give each provider's elementwise bound
+) -> dict[str, Any]:
+    """One case, start to end (`begin_case`, then `finish_case`)."""
+    return finish_case(begin_case(spec, provider_names, under_test, baseline, device), tol)

@@ -80,6 +80,32 @@ ISOLATION: tuple[Mutant, ...] = (
                "the_faithful_kernel[flaky-determinism]",),
     ),
     Mutant(
+        "isolation-lost-call-not-sent-again", "isolation", ISO,
+        "                return self.send_case(prov, inp, variant, resent=True)()",
+        "                return failed(exc)",
+        "a case in flight behind a call that killed its worker is failed instead of sent to a "
+        "fresh worker: a kernel's one crash fails the next case too",
+        tests=(f"{RT}::test_a_crash_fails_its_own_case_only",
+               f"{RT}::test_hang_fails_its_case_and_the_run_goes_on"),
+    ),
+    Mutant(
+        "isolation-answer-reads-every-call-in-flight", "isolation", ISO,
+        "            self.settle(until=box)\n        except CallFailed:",
+        "            self.settle()\n        except CallFailed:",
+        "collecting a case reads the answers of the calls behind it too: the next case's crash "
+        "is blamed on this one",
+        tests=(f"{RT}::test_a_crash_fails_its_own_case_only",),
+    ),
+    Mutant(
+        "isolation-dead-worker-calls-sent-again", "isolation", ISO,
+        "            with contextlib.suppress(CallFailed):  # its answers, and the failure, of "
+        "calls sent\n                self.worker.settle()\n",
+        "",
+        "a worker found dead when the next case is sent is replaced without reading what it "
+        "answered: the call that killed it is sent again to a fresh worker, and a crash passes",
+        tests=(f"{RT}::test_a_crash_fails_its_own_case_only",),
+    ),
+    Mutant(
         "isolation-gate-takes-in-process", "isolation", "commands/gate.py",
         '            and p.get("isolation") != "worker"]',
         '            and p.get("isolation") not in ("worker", "NOT ISOLATED")]',

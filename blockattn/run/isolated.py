@@ -57,6 +57,20 @@ class CallFailed(Exception):
     """The worker did not answer this call normally; the message says what happened."""
 
 
+class Lost(CallFailed):
+    """The worker ended while answering an earlier request: this one never ran (it is sent
+    again to a fresh worker; its own call did nothing wrong)."""
+
+
+class Box(dict):
+    """Where a request sent ahead finds its answer (the check `send_ahead` is given): "header"
+    and "outs" once read; "failed" (a CallFailed) when reading it failed; "lost" when its worker
+    was killed before it was read."""
+
+    def __call__(self, header: dict[str, Any], outs: list[torch.Tensor]) -> None:
+        self.update(header=header, outs=outs)
+
+
 def _prctl(option: int, arg: int) -> bool:
     try:
         libc = ctypes.CDLL(None, use_errno=True)
@@ -145,31 +159,45 @@ class Worker:
         if self.ch is None:
             raise CallFailed("the worker is gone (killed after an earlier failure)")
         try:
+            self.ch.send_deadline = time.monotonic() + self.call_timeout
             self.ch.send_request(msg, list(tensors))
+        except Timeout:
+            self.kill()
+            raise CallFailed(f"watchdog: the worker did not read the {what} within "
+                             f"{self.call_timeout:g} s; its worker was killed") from None
         except (BrokenPipeError, ConnectionError, OSError) as exc:
             code = self._wait()
             self.kill()
             raise CallFailed(f"{describe_exit(code)}{self.log_tail()}") from exc
         self.pending.append((what, check, max_bytes))
 
-    def settle(self) -> None:
-        """Read every answer sent ahead, in order, each through its check (under the watchdog
-        from the moment the judge waits for it)."""
-        while self.pending:
+    def settle(self, until: dict[str, Any] | None = None) -> None:
+        """Read the answers sent ahead, in order, each through its check (under the watchdog
+        from the moment the judge waits for it): every one, or `until` that box is filled (the
+        answers after it stay unread: the worker may still be running them)."""
+        while self.pending and (until is None or "header" not in until):
             what, check, max_bytes = self.pending.pop(0)
-            header, outs = self._answer(None, (), max_bytes, what, None)
+            try:
+                header, outs = self._answer(None, (), max_bytes, what, None)
+            except CallFailed as exc:
+                if isinstance(check, Box):
+                    check["failed"] = exc
+                raise
             check(header, outs)
 
-    def answer(self, box: dict[str, Any], what: str) -> tuple[dict[str, Any], list]:
-        """The answer a `send_ahead` whose check was `box.update` stored in `box`, once every
-        answer before it is read; CallFailed when the worker failed or ended before giving it."""
+    def answer(self, box: Box, what: str) -> tuple[dict[str, Any], list]:
+        """The answer of a `send_ahead` whose check was `box`, once the answers before it are
+        read. CallFailed when the worker failed giving it (or a check before it failed, as the
+        start's); Lost when the worker was killed before it reached this request."""
         try:
-            self.settle()
+            self.settle(until=box)
         except CallFailed:
-            if "header" not in box:
-                raise
-        if "header" not in box:  # the worker was replaced before this answer came
-            raise CallFailed(f"the worker ended before answering this {what}")
+            if "failed" not in box and not box.get("lost"):
+                raise  # a check before this answer failed (the start's device check)
+        if "failed" in box:
+            raise box["failed"]
+        if "header" not in box:
+            raise Lost(f"the worker ended before answering this {what}")
         return box["header"], box["outs"]
 
     def alive(self) -> bool:
@@ -192,6 +220,7 @@ class Worker:
         deadline = t0 + limit
         try:
             if msg is not None:  # None: the answer to a request already sent (hello)
+                self.ch.send_deadline = deadline
                 self.ch.send_request(msg, list(tensors))
             sent = time.monotonic()
             header, outs = self.ch.recv_reply(deadline, max_bytes)
@@ -234,6 +263,9 @@ class Worker:
 
     def kill(self) -> list[int]:
         """End the worker's process group and every process that carries its token."""
+        for _, check, _ in self.pending:
+            if isinstance(check, Box):
+                check["lost"] = True
         self.pending = []
         if self.ch is not None:
             self.ch.close()
@@ -414,6 +446,8 @@ class Sandbox:
         if self.worker is not None and self.worker.alive() and self.worker.ch is not None:
             return self.worker
         if self.worker is not None:
+            with contextlib.suppress(CallFailed):  # its answers, and the failure, of calls sent
+                self.worker.settle()
             self.strays += self.worker.kill()
             self.finished.append(self.worker)
         self.started += 1
@@ -451,7 +485,7 @@ class Sandbox:
         """`call_provider` for a proxy: the case's inputs to the worker, its outputs back."""
         return self.send_case(prov, inp, variant)()
 
-    def send_case(self, prov: Provider, inp: Any, variant: str) -> Any:
+    def send_case(self, prov: Provider, inp: Any, variant: str, resent: bool = False) -> Any:
         """Send a case to the worker now; the returned function waits for its answer and gives
         (outputs, result) as `run_case`. The judge computes the case's oracle meanwhile."""
         names = [n for n in ("q", "k", "v", "grad_out", "offsets", "sinu_pos", "x", "w", "bias")
@@ -460,19 +494,18 @@ class Sandbox:
         budget = sum(t.numel() * t.element_size() for t in like.values()) + 1024
         base = {"time_s": 0.0, "provider": prov.describe(), "isolation": "worker"}
         t0 = time.perf_counter()
-        box: dict[str, Any] = {}
+        box = Box()
 
         def failed(exc: CallFailed) -> tuple[None, dict[str, Any]]:
             status = "not-judged" if str(exc).startswith("NOT JUDGED") else "error"
             return None, {**base, "status": status, "reason": str(exc),
                           "time_s": time.perf_counter() - t0}  # fmt: skip
 
-        try:
-            w = self._worker()
+        try:  # the first worker's start is read with this answer (its imports run meanwhile)
+            w = self._worker(settle=False)
             w.send_ahead({"op": "run", "provider": prov.name, "variant": variant,
                           "spec": inp.spec.to_dict(), "names": names,
-                          "device": inp.q.device.type}, f"call of {prov.name}",
-                         lambda h, o: box.update(header=h, outs=o),
+                          "device": inp.q.device.type}, f"call of {prov.name}", box,
                          [getattr(inp, n) for n in names], budget)  # fmt: skip
         except CallFailed as exc:
             early = failed(exc)
@@ -481,6 +514,10 @@ class Sandbox:
         def collect() -> tuple[dict[str, torch.Tensor] | None, dict[str, Any]]:
             try:
                 header, outs = w.answer(box, "call")
+            except Lost as exc:
+                if resent:  # a fresh worker ended before this call, too
+                    return failed(exc)
+                return self.send_case(prov, inp, variant, resent=True)()
             except CallFailed as exc:
                 return failed(exc)
             return self._case_result(header, outs, like, base, variant, t0)
@@ -533,12 +570,11 @@ class Sandbox:
             raise CallFailed(f"not called: the last {self.probe_deaths} probes each ended their "
                              "worker")  # fmt: skip
         packed = probes.pack(p, repeats)
-        box: dict[str, Any] = {}
+        box = Box()
         try:
             w = self._worker()
             w.send_ahead({**packed.msg, "provider": prov.name, "streams": streams},
-                         f"probe {p.name}", lambda h, o: box.update(header=h, outs=o),
-                         packed.storages, packed.budget)  # fmt: skip
+                         f"probe {p.name}", box, packed.storages, packed.budget)  # fmt: skip
         except CallFailed:
             self.probe_deaths += 1
             raise
@@ -610,6 +646,7 @@ class Sandbox:
         if self.worker is not None:
             if self.worker.ch is not None and self.worker.alive():
                 with contextlib.suppress(Exception):
+                    self.worker.ch.send_deadline = time.monotonic() + 5
                     self.worker.ch.send_request({"op": "exit"})
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     self.worker.proc.wait(timeout=5)

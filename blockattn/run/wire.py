@@ -35,7 +35,10 @@ import torch
 
 HEADER = struct.Struct("<Q")
 MAX_HEADER = 1 << 20  # a JSON header is small; a larger one is a hostile or broken worker
-SHM_MIN = 1 << 23  # from 8 MiB of tensors per message, one memory file instead of frames
+# From 64 KiB of tensors per message, one memory file instead of frames: what the socket carries
+# then fits its buffer, so a judge sending the next case while the worker answers the last one
+# never waits on a worker that is itself waiting to be read.
+SHM_MIN = 1 << 16
 ALIGN = 64
 SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
 DTYPES = {str(d).removeprefix("torch."): d for d in (
@@ -57,6 +60,7 @@ class Channel:
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         self.header_at = 0.0
+        self.send_deadline: float | None = None  # the judge's sends, too, end at a deadline
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
@@ -64,11 +68,24 @@ class Channel:
 
     # ------------------------------------------------------------------ frames
 
+    def _send_timeout(self) -> None:
+        if self.send_deadline is None:
+            self.sock.settimeout(None)
+            return
+        left = self.send_deadline - time.monotonic()
+        if left <= 0:
+            raise Timeout("the other side did not read a request before the deadline")
+        self.sock.settimeout(left)
+
     def send_frame(self, data: bytes | memoryview) -> None:
-        self.sock.settimeout(None)
-        self.sock.sendall(HEADER.pack(len(data)))
-        if len(data):
-            self.sock.sendall(data)
+        try:
+            self._send_timeout()
+            self.sock.sendall(HEADER.pack(len(data)))
+            if len(data):
+                self._send_timeout()
+                self.sock.sendall(data)
+        except TimeoutError:
+            raise Timeout("the other side did not read a request before the deadline") from None
 
     def recv_frame(self, deadline: float | None = None, limit: int | None = None) -> bytearray:
         (n,) = HEADER.unpack(self._recv_exact(HEADER.size, deadline))
@@ -101,8 +118,11 @@ class Channel:
     # ------------------------------------------------------------------ messages
 
     def _send_fd(self, fd: int) -> None:
-        self.sock.settimeout(None)
-        socket.send_fds(self.sock, [b"F"], [fd])
+        try:
+            self._send_timeout()
+            socket.send_fds(self.sock, [b"F"], [fd])
+        except TimeoutError:
+            raise Timeout("the other side did not read a request before the deadline") from None
 
     def _recv_fd(self, deadline: float | None) -> int:
         """The memory file sent after a header (its one marker byte carries the descriptor)."""

@@ -82,6 +82,17 @@ def hang_once(q, k, v, offsets, **kw):
     return _honest(q, k, v, offsets, **kw)
 
 
+def segfault_second(q, k, v, offsets, **kw):
+    """Dies on the second call of the run (the first worker's), honest otherwise: while it
+    dies the judge has the next case in flight, which must be judged, not blamed."""
+    _CALLS["n"] += 1
+    marker = os.environ.get("REDTEAM_NOTE", "") + ".crashed"
+    if _CALLS["n"] == 2 and not os.path.exists(marker):
+        open(marker, "w").close()
+        segfault(q, k, v, offsets)
+    return _honest(q, k, v, offsets, **kw)
+
+
 def patch_judge(q, k, v, offsets, **kw):
     """Replaces the judge's verdict, self-test and metrics with ones that approve, then returns
     zeros. In a shared process this passed; here it patches the worker's own copies."""

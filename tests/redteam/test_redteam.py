@@ -88,6 +88,23 @@ def test_hang_fails_its_case_and_the_run_goes_on(tmp_path: Path) -> None:
     assert "watchdog" in (out / "gate.md").read_text()
 
 
+def test_a_crash_fails_its_own_case_only(tmp_path: Path) -> None:
+    """The worker runs a case while the judge judges the one before: a kernel that dies on its
+    second call fails case 2 alone; case 1 (answered before) and case 3 (in flight when the
+    worker died, so sent again to a fresh worker) are judged and pass."""
+    out = tmp_path / "g"
+    r = _blockattn(["gate", "--provider", "s=adversaries:segfault_second", "--out", str(out),
+                    "--max-cases", "3", "--fuzz", "0", "--no-contract", "--no-progress"],
+                   tmp_path)  # fmt: skip
+    assert r.returncode == 1, r.stderr[-2000:]
+    recs = _records(out)
+    assert len(recs) == 3, r.stderr[-2000:]
+    got = [x["providers"]["s"] for x in recs]
+    assert got[1]["status"] == "error" and "SIGSEGV" in got[1]["reason"], got[1]
+    for i in (0, 2):
+        assert got[i]["status"] == "ok" and recs[i]["verdict"]["passed"], (i, got[i])
+
+
 def test_exit_zero_fails_the_gate(tmp_path: Path) -> None:
     r = _blockattn(["gate", "--provider", "x=adversaries:exit_zero", "--out",
                     str(tmp_path / "g"), "--max-cases", "1", "--fuzz", "0", "--no-contract",
@@ -97,10 +114,12 @@ def test_exit_zero_fails_the_gate(tmp_path: Path) -> None:
 
 
 def test_forged_results_line_is_refused(tmp_path: Path) -> None:
+    """Three cases: the worker runs each case while the judge judges the one before, so the
+    third call is the first to find a record it can copy."""
     note = tmp_path / "note.txt"
     out = tmp_path / "g"
     r = _blockattn(["run", "--provider", "w=adversaries:write_results", "--out", str(out),
-                    "--max-cases", "2", "--fuzz", "0", "--no-contract", "--no-selfcheck",
+                    "--max-cases", "3", "--fuzz", "0", "--no-contract", "--no-selfcheck",
                     "--no-progress"], tmp_path, note)  # fmt: skip
     assert "write_results appended" in note.read_text(), note.read_text()
     assert r.returncode != 0
