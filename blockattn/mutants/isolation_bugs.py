@@ -1,7 +1,7 @@
-"""Planted bugs in the isolation layer (`blockattn.run.isolated`, `run.worker`, `run.calls`,
-the gate's refusals): each lets a kernel reach, outlast or fool the judge again. No gate run of
-an honest kernel can show them, so each names the red-team tests that kill it (`Mutant.tests`,
-run on the mutated copy): the adversarial kernels of tests/redteam.
+"""Planted bugs in the isolation layer (`blockattn.run.isolated`, `run.process`, `run.worker`,
+`run.calls`, the gate's refusals): each lets a kernel reach, outlast or fool the judge again. No
+gate run of an honest kernel can show them, so each names the red-team tests that kill it
+(`Mutant.tests`, run on the mutated copy): the adversarial kernels of tests/redteam.
 """
 
 from __future__ import annotations
@@ -9,18 +9,19 @@ from __future__ import annotations
 from blockattn.mutants.mutant import Mutant
 
 ISO = "run/isolated.py"
+PROC = "run/process.py"  # the judge's handle of one worker process
 RT = "tests/redteam/test_redteam.py"
 
 ISOLATION: tuple[Mutant, ...] = (
     Mutant(
-        "isolation-watchdog-never-fires", "isolation", ISO,
+        "isolation-watchdog-never-fires", "isolation", PROC,
         "deadline = t0 + limit",
         "deadline = t0 + 1000 * limit",
         "the watchdog waits 1000x the call timeout: a hanging kernel hangs the run",
         tests=(f"{RT}::test_hang_fails_its_case_and_the_run_goes_on",),
     ),
     Mutant(
-        "isolation-exit-not-named", "isolation", ISO,
+        "isolation-exit-not-named", "isolation", PROC,
         'return f"the worker exited with code {code} during the call (the kernel called exit?)"',
         'return "the call failed"',
         "a worker's exit is not named: exit(0) reads like any error",
@@ -34,7 +35,7 @@ ISOLATION: tuple[Mutant, ...] = (
         tests=(f"{RT}::test_forged_results_line_is_refused",),
     ),
     Mutant(
-        "isolation-strays-ignored", "isolation", ISO,
+        "isolation-strays-ignored", "isolation", PROC,
         "        strays = _descendants_by_token(self.token)",
         "        strays = []",
         "processes that left the worker's group are neither killed nor reported",
@@ -89,7 +90,7 @@ ISOLATION: tuple[Mutant, ...] = (
                f"{RT}::test_hang_fails_its_case_and_the_run_goes_on"),
     ),
     Mutant(
-        "isolation-answer-reads-every-call-in-flight", "isolation", ISO,
+        "isolation-answer-reads-every-call-in-flight", "isolation", PROC,
         "            self.settle(until=box)\n        except CallFailed:",
         "            self.settle()\n        except CallFailed:",
         "collecting a case reads the answers of the calls behind it too: the next case's crash "
