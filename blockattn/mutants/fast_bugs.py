@@ -14,7 +14,7 @@ outside the accurate one) as what must kill it. Group "precision" (the catalog's
 
 from __future__ import annotations
 
-from blockattn.mutants.mutant import OPS, TILE_MATH, Mutant
+from blockattn.mutants.mutant import OPS, PORTABLE, TILE_MATH, Mutant
 
 GLUON_FAST = "kernels/attention_gluon_rotary_fast.py"
 FAST_TESTS = ("tests/kernels/test_fast_precision.py",)
@@ -50,6 +50,7 @@ FAST: tuple[Mutant, ...] = (
         "fast mode: the P of Di and dS rounded to the input dtype (the rounded P of the GEMMs "
         "reused), P_bwd u_in where the model has 0",
         tests=FAST_TESTS,
+        env=PORTABLE,  # on sm_90 the Gluon fast backward takes these cases
     ),
     Mutant(
         "fast-dp-rounded",
@@ -59,6 +60,7 @@ FAST: tuple[Mutant, ...] = (
         f"ds = _ds(p, dp if SPLIT else _round_to(dp, q.dtype, {_RD}, CENTRED)",
         "fast mode: the fp32 dP = dO V^T rounded to the input dtype before Di and dS",
         tests=FAST_TESTS,
+        env=PORTABLE,  # on sm_90 the Gluon fast backward takes these cases
     ),
     Mutant(
         "gluon-fast-dp-rounded",

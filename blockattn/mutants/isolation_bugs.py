@@ -77,8 +77,7 @@ ISOLATION: tuple[Mutant, ...] = (
         "        snaps.append(snaps[0] if snaps else snap)",
         "the worker answers the first call's outputs for every repeat of a probe: a kernel "
         "whose gradients differ from call to call passes determinism",
-        tests=("tests/contract/test_battery.py::test_gate_fails_each_broken_promise_and_passes_"
-               "the_faithful_kernel[flaky-determinism]",),
+        tests=(f"{RT}::test_each_repeat_answers_its_own_call",),
     ),
     Mutant(
         "isolation-lost-call-not-sent-again", "isolation", ISO,

@@ -82,6 +82,17 @@ def hang_once(q, k, v, offsets, **kw):
     return _honest(q, k, v, offsets, **kw)
 
 
+@kernel(supports=Supports(dtypes=("bfloat16",), head_dims=(64,), deterministic=True))
+def counting(q, k, v, offsets, **kw):
+    """Honest but for one element: O's first holds the number of this call (the test that each
+    repeat of a probe answers its own call)."""
+    _CALLS["n"] += 1
+    o = _honest(q, k, v, offsets, **kw).clone()
+    with torch.no_grad():
+        o.view(-1)[0] = float(_CALLS["n"])
+    return o
+
+
 def segfault_second(q, k, v, offsets, **kw):
     """Dies on the second call of the run (the first worker's), honest otherwise: while it
     dies the judge has the next case in flight, which must be judged, not blamed."""

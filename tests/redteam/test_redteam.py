@@ -105,6 +105,25 @@ def test_a_crash_fails_its_own_case_only(tmp_path: Path) -> None:
         assert got[i]["status"] == "ok" and recs[i]["verdict"]["passed"], (i, got[i])
 
 
+def test_each_repeat_answers_its_own_call() -> None:
+    """The determinism probe's repeats go to the worker in one request: every call's own
+    outputs must come back, not the first call's again (a kernel whose output changes from
+    call to call would pass determinism)."""
+    import torch
+
+    from blockattn import providers
+    from blockattn.cases import contract as C
+    from blockattn.run import isolated
+
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    with isolated.session() as sb:
+        (name,) = sb.load_specs(["counting=adversaries:counting"])
+        p = C.determinism_case(torch.bfloat16, 64, dev)
+        outs = sb.call_repeats(providers.get(name), p, 3)
+    marks = [float(o["O"].reshape(-1)[0]) for o in outs]
+    assert len(marks) == 3 and marks[1] == marks[0] + 1 and marks[2] == marks[0] + 2, marks
+
+
 def test_exit_zero_fails_the_gate(tmp_path: Path) -> None:
     r = _blockattn(["gate", "--provider", "x=adversaries:exit_zero", "--out",
                     str(tmp_path / "g"), "--max-cases", "1", "--fuzz", "0", "--no-contract",
