@@ -167,6 +167,11 @@ def test_corpus_answer_table_fails_on_fuzz(tmp_path: Path) -> None:
                     "--no-progress"], tmp_path)  # fmt: skip
     assert r.returncode == 1, r.stderr[-2000:]
     assert "fuzz seed" in r.stderr  # drawn at run time, printed
+    # the control: on a corpus case the table holds, it passes (so the fuzz is what caught it)
+    r = _blockattn(["gate", "--provider", "t=adversaries:corpus_table", "--out",
+                    str(tmp_path / "c"), "--max-cases", "1", "--fuzz", "0", "--no-contract",
+                    "--no-progress"], tmp_path)  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
 
 
 def test_parent_memory_is_not_readable(tmp_path: Path) -> None:
