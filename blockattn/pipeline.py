@@ -12,6 +12,7 @@ import json
 import shlex
 import sys
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -116,13 +117,12 @@ def run_cases(
     # Isolated, the next case is sent to the worker before this one is judged: the worker runs
     # it while the judge computes this case's oracle and baselines (one case ahead, no more).
     ahead = 1 if sb is not None and not sb.in_process else 0
-    begun: list[Begun] = []
+    begun: deque[Begun] = deque()
     with ResultsWriter(out) as w:
         for k, spec in enumerate(todo):
-            while len(begun) <= ahead and k + len(begun) < len(todo):
-                begun.append(begin_case(todo[k + len(begun)], provider_names, under_test,
-                                        baseline))  # fmt: skip
-            rec = finish_case(begun.pop(0), tol=tol)
+            for nxt in todo[k + len(begun): k + 1 + ahead]:  # this case and `ahead` beyond it
+                begun.append(begin_case(nxt, provider_names, under_test, baseline))
+            rec = finish_case(begun.popleft(), tol=tol)
             status = "done"
             if tol is not None:
                 v = _verdict.evaluate(rec, tol, under_test)

@@ -68,24 +68,23 @@ class Channel:
 
     # ------------------------------------------------------------------ frames
 
-    def _send_timeout(self) -> None:
-        if self.send_deadline is None:
-            self.sock.settimeout(None)
-            return
-        left = self.send_deadline - time.monotonic()
-        if left <= 0:
-            raise Timeout("the other side did not read a request before the deadline")
-        self.sock.settimeout(left)
-
-    def send_frame(self, data: bytes | memoryview) -> None:
+    @contextlib.contextmanager
+    def _sending(self):
+        """A send that ends at `send_deadline` (Timeout), or waits as long as it takes."""
+        left = None if self.send_deadline is None else self.send_deadline - time.monotonic()
         try:
-            self._send_timeout()
-            self.sock.sendall(HEADER.pack(len(data)))
-            if len(data):
-                self._send_timeout()
-                self.sock.sendall(data)
+            if left is not None and left <= 0:
+                raise TimeoutError
+            self.sock.settimeout(left)
+            yield
         except TimeoutError:
             raise Timeout("the other side did not read a request before the deadline") from None
+
+    def send_frame(self, data: bytes | memoryview) -> None:
+        with self._sending():
+            self.sock.sendall(HEADER.pack(len(data)))
+            if len(data):
+                self.sock.sendall(data)
 
     def recv_frame(self, deadline: float | None = None, limit: int | None = None) -> bytearray:
         (n,) = HEADER.unpack(self._recv_exact(HEADER.size, deadline))
@@ -118,11 +117,8 @@ class Channel:
     # ------------------------------------------------------------------ messages
 
     def _send_fd(self, fd: int) -> None:
-        try:
-            self._send_timeout()
+        with self._sending():
             socket.send_fds(self.sock, [b"F"], [fd])
-        except TimeoutError:
-            raise Timeout("the other side did not read a request before the deadline") from None
 
     def _recv_fd(self, deadline: float | None) -> int:
         """The memory file sent after a header (its one marker byte carries the descriptor)."""
