@@ -45,7 +45,6 @@ from blockattn.run import calls, probes, spawn
 from blockattn.run.process import Box, CallFailed, Lost, Worker, harden_parent
 
 DEFAULT_CALL_TIMEOUT = CALL_TIMEOUT_S
-TOKEN_ENV = spawn.TOKEN_ENV
 NOT_ISOLATED = "NOT ISOLATED"
 _ACTIVE: list[Sandbox] = []
 

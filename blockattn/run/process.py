@@ -24,8 +24,6 @@ import torch
 from blockattn.run import spawn
 from blockattn.run.wire import Channel, Closed, Timeout
 
-TOKEN_ENV = spawn.TOKEN_ENV
-
 
 class CallFailed(Exception):
     """The worker did not answer this call normally; the message says what happened."""
@@ -75,7 +73,7 @@ def _descendants_by_token(token: str) -> list[int]:
     """Processes that inherited this worker's token (its descendants, even those that left its
     process group); /proc/PID/environ is readable for our own user's processes."""
     found = []
-    needle = f"{TOKEN_ENV}={token}".encode()
+    needle = f"{spawn.TOKEN_ENV}={token}".encode()
     for d in Path("/proc").iterdir():
         if not d.name.isdigit() or int(d.name) == os.getpid():
             continue
@@ -102,8 +100,9 @@ class Worker:
         # (kind, {seconds the judge waited, the worker says the call took, the judge took to
         # send the request, to receive the answer's tensors, the worker took to unpack}) per answer
         self.costs: list[tuple[str, dict[str, float]]] = []
-        # answers to requests sent without waiting (hello, built-in loads), in order, each with
-        # the check it must pass: read before the next request's answer
+        # requests sent without waiting (hello, built-in loads, cases, probes), in order, each
+        # with the check its answer must pass (a Box for a call): read in order, up to the one
+        # a caller collects
         self.pending: list[tuple[str, Any, int]] = []
 
     def spawn(self, started: spawn.Started | None = None) -> None:
