@@ -119,10 +119,10 @@ def run_cases(
     ahead = 1 if sb is not None and not sb.in_process else 0
     begun: deque[Begun] = deque()
     with ResultsWriter(out) as w:
-        for k, spec in enumerate(todo):
-            for nxt in todo[k + len(begun): k + 1 + ahead]:  # this case and `ahead` beyond it
-                begun.append(begin_case(nxt, provider_names, under_test, baseline))
-            rec = finish_case(begun.popleft(), tol=tol)
+
+        def settle(b: Begun) -> None:
+            """Finish a begun case: judge it, write its record, report it."""
+            rec = finish_case(b, tol=tol)
             status = "done"
             if tol is not None:
                 v = _verdict.evaluate(rec, tol, under_test)
@@ -141,10 +141,20 @@ def run_cases(
             written.append(rec["case_id"])
             if on_record:
                 on_record(rec, tol)
-            bar.step(f"{spec.case_id} {spec.short()}", status)
+            bar.step(f"{b.spec.case_id} {b.spec.short()}", status)
             if tol is not None and not rec["verdict"]["passed"]:
-                print(f"FAIL {spec.case_id}: {rec['verdict']['failures'][0]}", file=sys.stderr)
+                print(f"FAIL {b.spec.case_id}: {rec['verdict']['failures'][0]}", file=sys.stderr)
                 print(f"  replay: {rec['verdict']['replay']}", file=sys.stderr)
+
+        for k in range(len(todo)):
+            for nxt in todo[k + len(begun): k + 1 + ahead]:  # this case and `ahead` beyond it
+                try:
+                    begun.append(begin_case(nxt, provider_names, under_test, baseline))
+                except Exception:  # a bad spec (a usage error, exit 2): the cases
+                    while begun:  # already in flight are judged and written first
+                        settle(begun.popleft())
+                    raise
+            settle(begun.popleft())
     # The kernel ran beside this file: it must hold exactly what the judge wrote, or nothing
     # in it is evidence.
     tampered = check_results_file(out, before, written)

@@ -6,6 +6,7 @@ FP64 oracle, a provider), exactly as the CUDA caching allocator would raise it.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -112,3 +113,29 @@ def test_real_cuda_oom_is_recorded_and_the_next_case_runs(tmp_path: Path) -> Non
     by_seed = {r["spec"]["seed"]: r["providers"]["hog"] for r in recs}
     assert by_seed[0]["status"] == "error" and "OutOfMemoryError" in by_seed[0]["reason"]
     assert by_seed[1]["status"] == "ok", by_seed[1].get("reason")
+
+
+def test_a_bad_next_spec_does_not_lose_the_case_in_flight(tmp_path: Path, monkeypatch) -> None:
+    """Isolated, case i+1 is begun before case i is judged: when beginning it raises a usage
+    error, case i (already run) is judged and written first, then the error goes to the command."""
+
+    class Ahead:  # a sandbox that calls in a worker: run_cases sends one case ahead
+        in_process = False
+
+        def isolate(self, names: list[str]) -> None:
+            pass
+
+    real_build = evaluate.build_inputs
+
+    def build(spec, dev):
+        if spec.seed == 1:
+            raise ValueError("bad spec for this test")
+        return real_build(spec, dev)
+
+    monkeypatch.setattr(pipeline.isolated, "active", lambda: Ahead())
+    monkeypatch.setattr(evaluate, "build_inputs", build)
+    with pytest.raises(ValueError, match="bad spec for this test"):
+        pipeline.run_cases(SPECS, tmp_path, provider_names=["blockattn"], under_test="blockattn",
+                           baseline="blockattn", tol=None, progress=False)  # fmt: skip
+    lines = (tmp_path / "results.jsonl").read_text().splitlines()
+    assert [json.loads(x)["spec"]["seed"] for x in lines] == [0], lines
