@@ -29,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--jobs",
         type=int,
-        default=os.cpu_count() or 1,
+        default=None,  # resolved at run time: the reference page must not depend on the machine
         help="worker processes (default: CPU count)",
     )
     parser.add_argument("--json", metavar="PATH", default=None, help="also write results as JSON")
@@ -45,6 +45,8 @@ def main(args: argparse.Namespace) -> int:
     if args.list:
         print("\n".join(v.name for v in variants))
         return 0
+    if args.jobs is None:
+        args.jobs = os.cpu_count() or 1
     if args.jobs < 1:
         raise ValueError(f"--jobs must be >= 1, got {args.jobs}")
     targets = [t.strip() for t in args.targets.split(",") if t.strip()]

@@ -36,7 +36,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--jobs",
         type=int,
-        default=max(1, (os.cpu_count() or 2) // 2),
+        default=None,  # resolved at run time: the reference page must not depend on the machine
         help="mutants run in parallel (default: half the CPU cores)",
     )
     p.add_argument("--tolerances", type=_tol_path, help="default: newest released for this device")
@@ -99,6 +99,8 @@ def main(args: argparse.Namespace) -> int:
         return 0
     if args.fuzz < 0:
         raise ValueError(f"--fuzz must be >= 0, got {args.fuzz}")
+    if args.jobs is None:
+        args.jobs = max(1, (os.cpu_count() or 2) // 2)
     if args.jobs < 1:
         raise ValueError(f"--jobs must be >= 1, got {args.jobs}")
     if not mutants:

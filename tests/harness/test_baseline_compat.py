@@ -49,11 +49,15 @@ def test_same_kind_baseline_compares_silently(run_dir: Path, tmp_path: Path, cap
     assert rc == 0 and "not comparable" not in text and "⚠️ the baseline ran" not in text, text
 
 
-def test_a_gpu_baseline_for_a_cpu_run_is_refused(run_dir: Path, tmp_path: Path, capsys) -> None:
-    base = _baseline(run_dir, tmp_path / "base", lambda r: r.update(device="cuda"))
+def test_a_baseline_of_another_device_kind_is_refused(run_dir: Path, tmp_path: Path,
+                                                      capsys) -> None:  # fmt: skip
+    """A GPU baseline for a CPU run (the CPU tier), a CPU baseline for a GPU run (a GPU's)."""
+    here = json.loads((run_dir / "report.json").read_text())["cases"][0]["device"]
+    other = "cpu" if here == "cuda" else "cuda"
+    base = _baseline(run_dir, tmp_path / "base", lambda r: r.update(device=other))
     rc, text = _gate(run_dir, base, tmp_path, capsys)
     assert rc == 2, text[-2000:]
-    assert "not comparable" in text and "ran on cuda and this run on cpu" in text, text
+    assert "not comparable" in text and f"ran on {other} and this run on {here}" in text, text
 
 
 def test_another_tolerance_version_is_warned(run_dir: Path, tmp_path: Path, capsys) -> None:
