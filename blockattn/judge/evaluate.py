@@ -154,11 +154,14 @@ def finish_case(b: Begun, tol=None) -> dict[str, Any]:
     tmap = TokenMap(inp.offsets, inp.T, spec.block_size, ref["O"].device)
     if tol is not None:
         rec["tolerances"] = {"version": tol.version, "sha256": tol.sha256}
-    for name in b.provider_names:
-        prov = providers.get(name)
-        rec["providers"][name] = _judge_provider(
-            prov, inp, spec.variant, ref, spec.dtype, tol, tmap, b.ahead.pop(name, None)
-        )
+    # The judge's own providers (the trusted baselines) first, then the isolated ones in their
+    # order (the call sent ahead is the first of them): its worker runs on while the judge does
+    # that work. The record keeps the declared order.
+    judged = {}
+    for name in sorted(b.provider_names, key=lambda n: providers.get(n).worker is not None):
+        judged[name] = _judge_provider(providers.get(name), inp, spec.variant, ref, spec.dtype,
+                                       tol, tmap, b.ahead.pop(name, None))  # fmt: skip
+    rec["providers"].update((name, judged[name]) for name in b.provider_names)
     ut, bl = rec["providers"].get(rec["under_test"]), rec["providers"].get(rec["baseline"])
     if ut and bl and ut["status"] == "ok" and bl["status"] == "ok":
         rec["vs_baseline"] = {
