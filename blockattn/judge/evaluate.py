@@ -155,8 +155,8 @@ def finish_case(b: Begun, tol=None) -> dict[str, Any]:
     if tol is not None:
         rec["tolerances"] = {"version": tol.version, "sha256": tol.sha256}
     # The judge's own providers (the trusted baselines) first, then the isolated ones in their
-    # order (the call sent ahead is the first of them): its worker runs on while the judge does
-    # that work. The record keeps the declared order.
+    # order (the call sent ahead is the first of them): the worker runs on while the judge does
+    # its own work. The record keeps the declared order.
     judged = {}
     for name in sorted(b.provider_names, key=lambda n: providers.get(n).worker is not None):
         judged[name] = _judge_provider(providers.get(name), inp, spec.variant, ref, spec.dtype,

@@ -38,11 +38,13 @@ def test_catalog_each_adversary_fails_by_name(tmp_path: Path) -> None:
     """One `blockattn run` over a small corpus case with the honest control and every CPU
     adversary as providers (each that kills its worker is followed by a fresh worker). Those
     that answer are judged here, as the gate would judge each as the kernel under test, from
-    the judge's metrics in the records (no kernel is called again)."""
+    the judge's metrics in the records (no kernel is called again). A crashing adversary comes
+    first: its call is the one sent ahead, and its crash must not be blamed on the control."""
     from blockattn.judge import tolerances, verdict
 
     out, note = tmp_path / "run", tmp_path / "note.txt"
-    provs = [f"--provider={n}=adversaries:{n}" for n in ("honest", *adversaries.CPU_CATALOG)]
+    order = ("segfault", "honest", *(n for n in adversaries.CPU_CATALOG if n != "segfault"))
+    provs = [f"--provider={n}=adversaries:{n}" for n in order]
     r = _blockattn(["run", *provs, "--out", str(out), "--max-cases", "1", "--fuzz", "0",
                     "--no-contract", "--no-selfcheck", "--no-progress", "--call-timeout",
                     TIMEOUT], tmp_path, note)  # fmt: skip
