@@ -133,6 +133,7 @@ def _json_safe(x: Any) -> Any:
 def _whole_tensor_metrics(
     out: torch.Tensor, ref: torch.Tensor, dtype_name: str, atol_floor: float | None
 ) -> dict[str, Any]:
+    from blockattn.bounds.elementwise import unravel
     from blockattn.cases.spec import DTYPES
 
     n = ref.numel()
@@ -183,7 +184,7 @@ def _whole_tensor_metrics(
         snr = -math.inf
     else:
         snr = 10.0 * math.log10(sig / e_sq)
-    idx = torch.unravel_index(torch.tensor(worst_at), tuple(ref.shape))
+    idx = unravel(worst_at, tuple(ref.shape))
     names = DIM_NAMES.get(ref.dim(), tuple(f"d{i}" for i in range(ref.dim())))
     yv = float(out.reshape(-1)[worst_at])
     return {

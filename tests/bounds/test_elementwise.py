@@ -165,3 +165,23 @@ def test_elements_apart_known_answers() -> None:
         poisoned[0] = bad
         assert elements_apart(poisoned, b) == 1, bad
 
+
+
+def test_unravel_places_the_worst_element_by_known_answers():
+    """The coordinates every report names: known answers, then torch's own routine on random
+    shapes (a zero-size dimension included), and an index outside the shape refused."""
+    from blockattn.bounds.elementwise import unravel
+
+    assert unravel(0, (3, 4, 5)) == (0, 0, 0)
+    assert unravel(59, (3, 4, 5)) == (2, 3, 4)
+    assert unravel(27, (3, 4, 5)) == (1, 1, 2)  # 27 = 1*20 + 1*5 + 2
+    assert unravel(6, (7,)) == (6,)
+    gen = torch.Generator().manual_seed(3)
+    for _ in range(200):
+        shape = tuple(int(s) for s in torch.randint(1, 9, (int(torch.randint(1, 5, ())),),
+                                                     generator=gen))  # fmt: skip
+        flat = int(torch.randint(0, math.prod(shape), (), generator=gen))
+        want = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), shape))
+        assert unravel(flat, shape) == want
+    with pytest.raises(IndexError):
+        unravel(60, (3, 4, 5))
