@@ -106,6 +106,15 @@ ISOLATION: tuple[Mutant, ...] = (
         tests=(f"{RT}::test_a_crash_fails_its_own_case_only",),
     ),
     Mutant(
+        "isolation-hung-up-worker-calls-sent-again", "isolation", PROC,
+        "            with contextlib.suppress(CallFailed):\n                self.settle()\n"
+        "            self.kill()\n            raise Lost(",
+        "            self.kill()\n            raise Lost(",
+        "a send that finds the worker's line closed (a GPU worker dying slowly) marks every call "
+        "in flight lost: the call that killed it is sent again to a fresh worker and passes",
+        tests=(f"{RT}::test_a_worker_that_hangs_up_before_dying_fails_its_own_case_only",),
+    ),
+    Mutant(
         "isolation-gate-takes-in-process", "isolation", "commands/gate.py",
         '            and p.get("isolation") != "worker"]',
         '            and p.get("isolation") not in ("worker", "NOT ISOLATED")]',

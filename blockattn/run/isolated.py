@@ -267,6 +267,11 @@ class Sandbox:
                           "spec": inp.spec.to_dict(), "names": names,
                           "device": inp.q.device.type}, f"call of {prov.name}", box,
                          [getattr(inp, n) for n in names], budget)  # fmt: skip
+        except Lost as exc:  # never delivered: a fresh worker takes it (once)
+            if resent:
+                early = failed(exc)
+                return lambda: early
+            return self.send_case(prov, inp, variant, resent=True)
         except CallFailed as exc:
             early = failed(exc)
             return lambda: early
@@ -322,7 +327,7 @@ class Sandbox:
         return self.send_probe(prov, p, repeats=repeats)()
 
     def send_probe(self, prov: Provider, p: Any, streams: bool = False,
-                   repeats: int = 1) -> Any:  # fmt: skip
+                   repeats: int = 1, resent: bool = False) -> Any:  # fmt: skip
         """Send probe `p` now; the returned function waits for the answer and gives the outputs
         of each call (the judge computes the probe's oracle meanwhile). p's tensors are not
         touched until then: the worker has copies."""
@@ -335,6 +340,11 @@ class Sandbox:
             w = self._worker()
             w.send_ahead({**packed.msg, "provider": prov.name, "streams": streams},
                          f"probe {p.name}", box, packed.storages, packed.budget)  # fmt: skip
+        except Lost:  # never delivered: a fresh worker takes it (once)
+            if resent:
+                self.probe_deaths += 1
+                raise
+            return self.send_probe(prov, p, streams, repeats, resent=True)
         except CallFailed:
             self.probe_deaths += 1
             raise

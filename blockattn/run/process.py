@@ -139,9 +139,16 @@ class Worker:
             raise CallFailed(f"watchdog: the worker did not read the {what} within "
                              f"{self.call_timeout:g} s; its worker was killed") from None
         except (BrokenPipeError, ConnectionError, OSError) as exc:
+            # It ended before reading this request. Its socket closes before the process is
+            # reaped (on a GPU the driver's teardown keeps a dying worker alive a while), so
+            # `alive()` said yes: the answers it gave first are intact in the socket, read them
+            # so that the call it died in fails by name; this request never ran.
             code = self._wait()
+            with contextlib.suppress(CallFailed):
+                self.settle()
             self.kill()
-            raise CallFailed(f"{describe_exit(code)}{self.log_tail()}") from exc
+            raise Lost(f"not delivered, the worker had ended: {describe_exit(code)}"
+                       f"{self.log_tail()}") from exc  # fmt: skip
         self.pending.append((what, check, max_bytes))
 
     def settle(self, until: dict[str, Any] | None = None) -> None:

@@ -104,6 +104,27 @@ def segfault_second(q, k, v, offsets, **kw):
     return _honest(q, k, v, offsets, **kw)
 
 
+HANGUP_S = 8.0  # between its socket closing and its death: under the judge's 10 s exit wait
+
+
+def hangs_up_second(q, k, v, offsets, **kw):
+    """Dies on the second call as a GPU worker does: its socket to the judge closes first (the
+    driver's teardown keeps a dying process alive a while), the process dies later. The judge's
+    next send finds the line dead while the worker still runs."""
+    import socket
+
+    _CALLS["n"] += 1
+    marker = os.environ.get("REDTEAM_NOTE", "") + ".hungup"
+    if _CALLS["n"] == 2 and not os.path.exists(marker):
+        open(marker, "w").close()
+        line = socket.socket(fileno=os.dup(int(sys.argv[1])))  # the worker's end (its argv)
+        line.shutdown(socket.SHUT_RDWR)
+        line.close()
+        time.sleep(HANGUP_S)
+        segfault(q, k, v, offsets)
+    return _honest(q, k, v, offsets, **kw)
+
+
 def patch_judge(q, k, v, offsets, **kw):
     """Replaces the judge's verdict, self-test and metrics with ones that approve, then returns
     zeros. In a shared process this passed; here it patches the worker's own copies."""

@@ -111,6 +111,24 @@ def test_a_crash_fails_its_own_case_only(tmp_path: Path) -> None:
         assert got[i]["status"] == "ok" and recs[i]["verdict"]["passed"], (i, got[i])
 
 
+def test_a_worker_that_hangs_up_before_dying_fails_its_own_case_only(tmp_path: Path) -> None:
+    """As on a GPU, where a dying worker's socket closes well before its process is reaped (the
+    H200's tier failed the test above so): the judge's next send finds the line dead while the
+    worker still runs. The call it died in fails by name; the case never delivered goes to a
+    fresh worker and passes (it was marked lost and the crash was blamed on it)."""
+    out = tmp_path / "g"
+    r = _blockattn(["gate", "--provider", "s=adversaries:hangs_up_second", "--out", str(out),
+                    "--max-cases", "3", "--fuzz", "0", "--no-contract", "--no-progress"],
+                   tmp_path)  # fmt: skip
+    assert r.returncode == 1, r.stderr[-2000:]
+    recs = _records(out)
+    assert len(recs) == 3, r.stderr[-2000:]
+    got = [x["providers"]["s"] for x in recs]
+    assert got[1]["status"] == "error" and "SIGSEGV" in got[1]["reason"], got[1]
+    for i in (0, 2):
+        assert got[i]["status"] == "ok" and recs[i]["verdict"]["passed"], (i, got[i])
+
+
 def test_each_repeat_answers_its_own_call() -> None:
     """The determinism probe's repeats go to the worker in one request: every call's own
     outputs must come back, not the first call's again (a kernel whose output changes from
