@@ -9,6 +9,21 @@ import torch
 SUPPORTED_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 SUPPORTED_HEAD_DIMS = (64, 128)
 MAX_BLOCK_SIZE = 128  # one (block, D) tile of q, k, v, dO must fit in registers
+# float32 inputs run as FMA-loop dots (exact products: the reference path, never a speed one). On
+# a GPU a 128-row tile spills about 60 KB (forward) and 170 KB (backward) of registers per thread
+# (sm_90 AOT build, D=64) and its build takes minutes: refused there; the interpreter (CPU) runs
+# any block size.
+FP32_GPU_MAX_BLOCK_SIZE = 64
+
+
+def fp32_gpu_block_refusal(dtype: torch.dtype, on_gpu: bool, block_size: int) -> str | None:
+    """Why the GPU kernels refuse float32 inputs at this block size (None: they take it)."""
+    if dtype != torch.float32 or not on_gpu or block_size <= FP32_GPU_MAX_BLOCK_SIZE:
+        return None
+    return (f"block_size={block_size} with float32 inputs on a GPU: the kernels take float32 up "
+            f"to block_size {FP32_GPU_MAX_BLOCK_SIZE} (a 128-row float32 tile spills about "
+            "170 KB of registers per thread and takes minutes to build); use bfloat16 or "
+            f"float16, or block_size <= {FP32_GPU_MAX_BLOCK_SIZE}")  # fmt: skip
 
 
 def check_attention_inputs(
@@ -54,6 +69,8 @@ def check_attention_inputs(
         raise TypeError(f"block_size must be an int, got {type(block_size).__name__}")
     if not 1 <= block_size <= MAX_BLOCK_SIZE:
         raise ValueError(f"block_size must be in [1, {MAX_BLOCK_SIZE}], got {block_size}")
+    if (why := fp32_gpu_block_refusal(q.dtype, q.is_cuda, block_size)) is not None:
+        raise ValueError(why)
     if scale is not None:
         if isinstance(scale, bool) or not isinstance(scale, (int, float)):
             raise TypeError(f"scale must be a float or None, got {type(scale).__name__}")

@@ -63,6 +63,8 @@ class Supports:
     # Signs of `scale` it computes (None, the default 1/sqrt(D), is positive): a kernel whose
     # masking multiplies -inf by the scale (FA v2's) gives NaN at 0, so it declares which.
     scales: tuple[str, ...] = SCALE_SIGNS
+    # The largest block_size it takes float32 inputs at on a GPU (None: any).
+    fp32_gpu_max_block_size: int | None = None
     # Why the provider cannot run in this environment at all (e.g. its package is not
     # installed): every case is then "unsupported (declared)" with this reason.
     unavailable: str | None = None
@@ -93,6 +95,9 @@ class Supports:
             return f"declared head dims {list(self.head_dims)}, case has D={spec.D}"
         if self.block_sizes is not None and block_size not in self.block_sizes:
             return f"declared block sizes {list(self.block_sizes)}, case uses {block_size}"
+        cap = self.fp32_gpu_max_block_size
+        if cap is not None and device == "cuda" and spec.dtype == "float32" and block_size > cap:
+            return f"declared float32 block sizes up to {cap} on a GPU, case uses {block_size}"
         odt = getattr(spec, "offsets_dtype", "int32")
         if odt not in self.offsets_dtypes:
             return f"declared offsets dtypes {list(self.offsets_dtypes)}, case uses {odt}"

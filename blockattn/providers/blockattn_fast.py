@@ -14,13 +14,15 @@ import torch
 from blockattn.providers._base import Supports, Unsupported
 from blockattn.providers._timing import Timing
 from blockattn.providers.blockattn_kernel import run_public, timed_public_op
+from blockattn.validation import FP32_GPU_MAX_BLOCK_SIZE
 
 NAME = "blockattn_fast"
 ROLE = "kernel"
 # FP32 arithmetic; rotated q/k/v, P and dS rounded once to the input dtype for their MMAs
 ACCURACY_MODEL = "fp32-rounded-operands"
 # As blockattn, without the projection path (the fast mode is an option of block_attention only)
-SUPPORTS = Supports(head_dims=(64, 128), gqa=False, deterministic=True, projection=False,
+SUPPORTS = Supports(head_dims=(64, 128), gqa=False, deterministic=True,
+                    fp32_gpu_max_block_size=FP32_GPU_MAX_BLOCK_SIZE, projection=False,
                     offsets_dtypes=("int32", "int64"), max_seq_len=True, nested=True)  # fmt: skip
 PRECISION = "fast"
 

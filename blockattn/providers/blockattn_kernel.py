@@ -10,6 +10,7 @@ import torch
 from blockattn.providers._base import Supports, Unsupported
 from blockattn.providers._common import BLOCK
 from blockattn.providers._timing import Prepared, Timing, grad_leaves, replayed
+from blockattn.validation import FP32_GPU_MAX_BLOCK_SIZE
 
 NAME = "blockattn"
 ROLE = "kernel"
@@ -19,6 +20,7 @@ ACCURACY_MODEL = "fp32-split-operands"
 # block_size 1..128; no atomics, one program per tile: bitwise deterministic
 # the op takes int32/int64 offsets, max_seq_len and torch.nested jagged tensors
 SUPPORTS = Supports(head_dims=(64, 128), gqa=False, deterministic=True,
+                    fp32_gpu_max_block_size=FP32_GPU_MAX_BLOCK_SIZE,
                     offsets_dtypes=("int32", "int64"), max_seq_len=True, nested=True)  # fmt: skip
 
 

@@ -17,6 +17,7 @@ import torch
 from blockattn.kernels import attention_hopper as AH
 from blockattn.kernels import dispatch
 from blockattn.kernels.tile_math import INTERPRET, block_rows
+from blockattn.validation import FP32_GPU_MAX_BLOCK_SIZE
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 # one block size per row-tile class, plus the Gluon range's edges (33..64: 64-row tiles)
@@ -42,6 +43,29 @@ def test_the_hopper_path_refuses_128_row_tiles_with_its_reason(bs, monkeypatch) 
             dispatch.kernel_path("bwd", q, None, (q,), block_size=bs)
     else:
         assert dispatch.kernel_path("bwd", q, None, (q,), block_size=bs) == "hopper"
+
+
+def test_float32_at_128_row_tiles_is_refused_on_a_gpu_by_name() -> None:
+    """fp32's FMA-loop dots at a 128-row tile spill ~170 KB per thread and build for minutes on
+    sm_90 (the H200 tier's fp32 block-size-128 tests failed or never finished): the op refuses
+    them on a GPU naming block_size, blockattn declares it (the battery and the gate record
+    "unsupported (declared)"), and the interpreter still runs them."""
+    from types import SimpleNamespace
+
+    from blockattn import providers
+    from blockattn.validation import fp32_gpu_block_refusal
+
+    assert fp32_gpu_block_refusal(torch.float32, True, 65).startswith("block_size=65 with float32")
+    for dtype, gpu, bs in ((torch.float32, True, 64), (torch.float32, False, 128),
+                           (torch.bfloat16, True, 128), (torch.float16, True, 128)):  # fmt: skip
+        assert fp32_gpu_block_refusal(dtype, gpu, bs) is None, (dtype, gpu, bs)
+    sup = providers.get("blockattn").supports
+    spec = SimpleNamespace(dtype="float32", D=64, variant="plain", scale=None, rotate_v=True)
+    assert "float32 block sizes up to 64 on a GPU" in sup.refusal(spec, "cuda", "sm_90", 128)
+    assert sup.refusal(spec, "cuda", "sm_90", 64) is None
+    assert sup.refusal(spec, "cpu", "cpu", 128) is None
+    assert sup.refusal(SimpleNamespace(**{**vars(spec), "dtype": "bfloat16"}), "cuda", "sm_90",
+                       128) is None  # fmt: skip
 
 
 def test_a_build_that_does_not_fit_falls_back_or_refuses_by_name(monkeypatch) -> None:
@@ -78,13 +102,21 @@ def _judged(path: str, bs: int, dtype: torch.dtype, D: int, rotary: bool,
 
     tol = tolerances.load(tolerances.latest_released(tolerances.default_tolerance_dir(),
                                                      device=DEVICE))  # fmt: skip
-    b = Battery(providers.get("blockattn"), tol, DEVICE)
+    prov = providers.get("blockattn")
+    b = Battery(prov, tol, DEVICE)
     lengths = lengths or (2 * bs + 5, 0, bs - 1 or 1)  # full blocks and partial ones
     t = C.base(dtype, D, DEVICE, seed=bs, lengths=lengths, rotary=rotary)
     p = C.layout_probe(t, "padded")
     p.block_size = bs
     b.numeric(p)
     (check,) = [c for c in b.checks if c.prop == "layout"]
+    if DEVICE == "cuda" and dtype == torch.float32 and bs > FP32_GPU_MAX_BLOCK_SIZE:
+        # declared: the battery records it unsupported, and the op refuses it by name
+        assert check.status == "unsupported" and "float32" in check.detail, check
+        with pytest.raises(ValueError, match=r"block_size=\d+ with float32 inputs on a GPU"):
+            prov.kernel(p.q, p.k, p.v, p.offsets, block_size=bs, scale=None,
+                        sinu_pos=p.sinu_pos, rotate_v=True)  # fmt: skip
+        return
     if check.status == "FAIL" and path in ("hopper", "gluon"):
         assert check.detail.startswith(f"raised RuntimeError: BLOCKATTN_KERNEL_PATH={path} "
                                        "cannot run"), check.detail  # fmt: skip
