@@ -115,6 +115,14 @@ ISOLATION: tuple[Mutant, ...] = (
         tests=(f"{RT}::test_a_worker_that_hangs_up_before_dying_fails_its_own_case_only",),
     ),
     Mutant(
+        "isolation-dead-worker-strays-dropped", "isolation", PROC,
+        "        self.killed_strays += strays\n",
+        "",
+        "a process left behind by a worker that died mid-call is killed but not named: only the "
+        "last worker's strays reach the report",
+        tests=(f"{RT}::test_a_worker_that_hangs_up_before_dying_fails_its_own_case_only",),
+    ),
+    Mutant(
         "isolation-gate-takes-in-process", "isolation", "commands/gate.py",
         '            and p.get("isolation") != "worker"]',
         '            and p.get("isolation") not in ("worker", "NOT ISOLATED")]',

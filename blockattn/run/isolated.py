@@ -208,7 +208,7 @@ class Sandbox:
         if self.worker is not None:
             with contextlib.suppress(CallFailed):  # its answers, and the failure, of calls sent
                 self.worker.settle()
-            self.strays += self.worker.kill()
+            self._kill(self.worker)
             self.finished.append(self.worker)
         self.started += 1
         # The first worker is the one spawned with the session; after a failure a fresh one, so
@@ -386,12 +386,18 @@ class Sandbox:
         finally:
             self.ending_s += time.monotonic() - t0
 
+    def _kill(self, w: Worker) -> None:
+        """End `w` and keep every stray any of its kills found (a worker that died mid-call was
+        killed, and its strays found, before the session replaced it)."""
+        w.kill()
+        self.strays += [pid for pid in w.killed_strays if pid not in self.strays]
+
     def _end_worker(self) -> list[str]:
         if self.spare is not None:
-            self.spare.kill()
+            self._kill(self.spare)
             self.spare = None
         if self.worker is not None:
-            self.strays += self.worker.kill()
+            self._kill(self.worker)
             self.finished.append(self.worker)
             self.worker = None
         return [f"the kernel left {len(self.strays)} process(es) running outside its worker "
@@ -412,7 +418,7 @@ class Sandbox:
 
     def _close_worker(self) -> None:
         if self.spare is not None:
-            self.strays += self.spare.kill()
+            self._kill(self.spare)
         if self.worker is not None:
             if self.worker.ch is not None and self.worker.alive():
                 with contextlib.suppress(Exception):
@@ -420,7 +426,7 @@ class Sandbox:
                     self.worker.ch.send_request({"op": "exit"})
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     self.worker.proc.wait(timeout=5)
-            self.strays += self.worker.kill()
+            self._kill(self.worker)
 
 
 def _not_here(*a: Any, **k: Any) -> Any:

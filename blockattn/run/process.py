@@ -104,6 +104,9 @@ class Worker:
         # with the check its answer must pass (a Box for a call): read in order, up to the one
         # a caller collects
         self.pending: list[tuple[str, Any, int]] = []
+        # every process carrying its token that a kill() found outside its group (each kill,
+        # however the worker ended: the session reports them all)
+        self.killed_strays: list[int] = []
 
     def spawn(self, started: spawn.Started | None = None) -> None:
         """Start the process (or adopt one `spawn.early` started) and send its hello;
@@ -259,6 +262,7 @@ class Worker:
         for pid in strays:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
+        self.killed_strays += strays
         self._reap()
         return strays
 

@@ -110,13 +110,14 @@ HANGUP_S = 8.0  # between its socket closing and its death: under the judge's 10
 def hangs_up_second(q, k, v, offsets, **kw):
     """Dies on the second call as a GPU worker does: its socket to the judge closes first (the
     driver's teardown keeps a dying process alive a while), the process dies later. The judge's
-    next send finds the line dead while the worker still runs."""
+    next send finds the line dead while the worker still runs. It leaves a process behind."""
     import socket
 
     _CALLS["n"] += 1
     marker = os.environ.get("REDTEAM_NOTE", "") + ".hungup"
     if _CALLS["n"] == 2 and not os.path.exists(marker):
         open(marker, "w").close()
+        grandchild(q, k, v, offsets, **kw)  # a process outside its group, to outlive it
         line = socket.socket(fileno=os.dup(int(sys.argv[1])))  # the worker's end (its argv)
         line.shutdown(socket.SHUT_RDWR)
         line.close()

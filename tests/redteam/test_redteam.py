@@ -121,11 +121,13 @@ def test_a_worker_that_hangs_up_before_dying_fails_its_own_case_only(tmp_path: P
     """As on a GPU, where a dying worker's socket closes well before its process is reaped (the
     H200's tier failed the test above so): the judge's next send finds the line dead while the
     worker still runs. The call it died in fails by name; the case never delivered goes to a
-    fresh worker and passes (it was marked lost and the crash was blamed on it)."""
+    fresh worker and passes (it was marked lost and the crash was blamed on it). The process it
+    left behind is killed and named."""
     out = tmp_path / "g"
+    note = tmp_path / "note.txt"
     r = _blockattn(["gate", "--provider", "s=adversaries:hangs_up_second", "--out", str(out),
                     "--max-cases", "3", "--fuzz", "0", "--no-contract", "--no-progress"],
-                   tmp_path)  # fmt: skip
+                   tmp_path, note)  # fmt: skip
     assert r.returncode == 1, r.stderr[-2000:]
     recs = _records(out)
     assert len(recs) == 3, r.stderr[-2000:]
@@ -133,6 +135,12 @@ def test_a_worker_that_hangs_up_before_dying_fails_its_own_case_only(tmp_path: P
     assert got[1]["status"] == "error" and "SIGSEGV" in got[1]["reason"], got[1]
     for i in (0, 2):
         assert got[i]["status"] == "ok" and recs[i]["verdict"]["passed"], (i, got[i])
+    # the process it left behind was killed with it, and is named (not only the living
+    # worker's strays at the end of the run)
+    (pid,) = [int(x.split()[-1]) for x in note.read_text().splitlines() if x.startswith("grand")]
+    assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text(
+    ).split()[2], f"grandchild {pid} outlived the run"  # fmt: skip
+    assert "process(es) running outside its worker" in (out / "gate.md").read_text()
 
 
 def test_each_repeat_answers_its_own_call() -> None:
