@@ -169,7 +169,7 @@ def test_elements_apart_known_answers() -> None:
 
 def test_unravel_places_the_worst_element_by_known_answers():
     """The coordinates every report names: known answers, then torch's own routine on random
-    shapes (a zero-size dimension included), and an index outside the shape refused."""
+    shapes, and an index outside the shape refused."""
     from blockattn.bounds.elementwise import unravel
 
     assert unravel(0, (3, 4, 5)) == (0, 0, 0)

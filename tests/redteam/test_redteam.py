@@ -100,14 +100,12 @@ def test_hang_fails_its_case_and_the_run_goes_on(tmp_path: Path) -> None:
     assert "watchdog" in (out / "gate.md").read_text()
 
 
-def test_a_crash_fails_its_own_case_only(tmp_path: Path) -> None:
-    """The worker runs a case while the judge judges the one before: a kernel that dies on its
-    second call fails case 2 alone; case 1 (answered before) and case 3 (in flight when the
-    worker died, so sent again to a fresh worker) are judged and pass."""
+def _second_call_dies(tmp_path: Path, spec: str, note: Path | None = None) -> Path:
+    """A 3-case gate of a kernel that dies on its second call: case 2 fails by SIGSEGV alone,
+    cases 1 and 3 are judged and pass. The run directory."""
     out = tmp_path / "g"
-    r = _blockattn(["gate", "--provider", "s=adversaries:segfault_second", "--out", str(out),
-                    "--max-cases", "3", "--fuzz", "0", "--no-contract", "--no-progress"],
-                   tmp_path)  # fmt: skip
+    r = _blockattn(["gate", "--provider", f"s={spec}", "--out", str(out), "--max-cases", "3",
+                    "--fuzz", "0", "--no-contract", "--no-progress"], tmp_path, note)  # fmt: skip
     assert r.returncode == 1, r.stderr[-2000:]
     recs = _records(out)
     assert len(recs) == 3, r.stderr[-2000:]
@@ -115,6 +113,14 @@ def test_a_crash_fails_its_own_case_only(tmp_path: Path) -> None:
     assert got[1]["status"] == "error" and "SIGSEGV" in got[1]["reason"], got[1]
     for i in (0, 2):
         assert got[i]["status"] == "ok" and recs[i]["verdict"]["passed"], (i, got[i])
+    return out
+
+
+def test_a_crash_fails_its_own_case_only(tmp_path: Path) -> None:
+    """The worker runs a case while the judge judges the one before: a kernel that dies on its
+    second call fails case 2 alone; case 1 (answered before) and case 3 (in flight when the
+    worker died, so sent again to a fresh worker) are judged and pass."""
+    _second_call_dies(tmp_path, "adversaries:segfault_second")
 
 
 def test_a_worker_that_hangs_up_before_dying_fails_its_own_case_only(tmp_path: Path) -> None:
@@ -123,18 +129,8 @@ def test_a_worker_that_hangs_up_before_dying_fails_its_own_case_only(tmp_path: P
     worker still runs. The call it died in fails by name; the case never delivered goes to a
     fresh worker and passes (it was marked lost and the crash was blamed on it). The process it
     left behind is killed and named."""
-    out = tmp_path / "g"
     note = tmp_path / "note.txt"
-    r = _blockattn(["gate", "--provider", "s=adversaries:hangs_up_second", "--out", str(out),
-                    "--max-cases", "3", "--fuzz", "0", "--no-contract", "--no-progress"],
-                   tmp_path, note)  # fmt: skip
-    assert r.returncode == 1, r.stderr[-2000:]
-    recs = _records(out)
-    assert len(recs) == 3, r.stderr[-2000:]
-    got = [x["providers"]["s"] for x in recs]
-    assert got[1]["status"] == "error" and "SIGSEGV" in got[1]["reason"], got[1]
-    for i in (0, 2):
-        assert got[i]["status"] == "ok" and recs[i]["verdict"]["passed"], (i, got[i])
+    out = _second_call_dies(tmp_path, "adversaries:hangs_up_second", note)
     # the process it left behind was killed with it, and is named (not only the living
     # worker's strays at the end of the run)
     (pid,) = [int(x.split()[-1]) for x in note.read_text().splitlines() if x.startswith("grand")]
