@@ -325,7 +325,7 @@ def _run_isolated(cfg: BenchConfig, case: BenchCase, spec: CaseSpec, name: str,
     peak = measure.peak_tbps((state.ceiling or {}).get("tbps"))
     for pas in PASSES:
         try:
-            ms, info = ib.time(pas, rep_ms, 1 if cfg.smoke else BATCHES)
+            ms, info = ib.time(pas, rep_ms, 1 if cfg.smoke else BATCHES, cfg.smoke)
         except Exception as exc:
             _pass_failed(state, case, spec, name, pas, exc)
             continue
