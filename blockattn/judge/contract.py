@@ -66,6 +66,12 @@ def _bits(t: Tensor) -> Tensor:
     return t.detach().clone().view(ints[t.element_size()])
 
 
+def _as_bits(t: Tensor) -> Tensor:
+    """`t`'s bits for a comparison, without a copy where `t` is dense."""
+    ints = {2: torch.int16, 4: torch.int32, 8: torch.int64, 1: torch.uint8}
+    return t.detach().contiguous().view(ints[t.element_size()])
+
+
 def _inputs_of(p: C.Probe) -> dict[str, Tensor]:
     named = {**p.buffers, "offsets": p.offsets}
     if p.sinu_pos is not None and "sinu_pos" not in named:
@@ -351,8 +357,12 @@ class Battery:
         if first is None:
             return
         differ, which = 0, []
+        ref: dict[str, Tensor] = {}  # the first call's bits where each repeat's arrived
         for again in self.repeat_calls(p, self.repeats - 1):
-            d = [k for k in KEYS if not torch.equal(_bits(first[k]), _bits(again[k]))]
+            for k in KEYS:
+                if ref.get(k) is None or ref[k].device != again[k].device:
+                    ref[k] = _as_bits(first[k]).to(again[k].device)
+            d = [k for k in KEYS if not torch.equal(ref[k], _as_bits(again[k]))]
             differ += bool(d)
             which += [k for k in d if k not in which]
         name = f"{p.name}-x{self.repeats}"

@@ -123,6 +123,14 @@ ISOLATION: tuple[Mutant, ...] = (
         tests=(f"{RT}::test_a_worker_that_hangs_up_before_dying_fails_its_own_case_only",),
     ),
     Mutant(
+        "isolation-unsealed-answer-used-in-place", "isolation", "run/wire.py",
+        "immutable=bool(seals & fcntl.F_SEAL_WRITE))",
+        "immutable=True)",
+        "a worker's memory file is used in place though not sealed against writing: the worker "
+        "rewrites the outputs after the judge received them",
+        tests=("tests/redteam/test_wire.py::test_sealed_file_is_read_and_copied_out",),
+    ),
+    Mutant(
         "isolation-gate-takes-in-process", "isolation", "commands/gate.py",
         '            and p.get("isolation") != "worker"]',
         '            and p.get("isolation") not in ("worker", "NOT ISOLATED")]',

@@ -323,11 +323,12 @@ class Sandbox:
 
     def call_repeats(self, prov: Provider, p: Any, repeats: int) -> list[dict[str, torch.Tensor]]:
         """`repeats` calls of the kernel on probe `p` in one trip (the worker restores the inputs
-        it was sent before each): the outputs of each, judged here."""
-        return self.send_probe(prov, p, repeats=repeats)()
+        it was sent before each): the outputs of each, judged here, in host memory (compared
+        bitwise where they arrived: no trip back to the device)."""
+        return self.send_probe(prov, p, repeats=repeats, on_host=True)()
 
-    def send_probe(self, prov: Provider, p: Any, streams: bool = False,
-                   repeats: int = 1, resent: bool = False) -> Any:  # fmt: skip
+    def send_probe(self, prov: Provider, p: Any, streams: bool = False, repeats: int = 1,
+                   resent: bool = False, on_host: bool = False) -> Any:  # fmt: skip
         """Send probe `p` now; the returned function waits for the answer and gives the outputs
         of each call (the judge computes the probe's oracle meanwhile). p's tensors are not
         touched until then: the worker has copies."""
@@ -344,7 +345,7 @@ class Sandbox:
             if resent:
                 self.probe_deaths += 1
                 raise
-            return self.send_probe(prov, p, streams, repeats, resent=True)
+            return self.send_probe(prov, p, streams, repeats, resent=True, on_host=on_host)
         except CallFailed:
             self.probe_deaths += 1
             raise
@@ -356,7 +357,7 @@ class Sandbox:
                 self.probe_deaths += 1
                 raise
             self.probe_deaths = 0
-            return probes.unpack(header, outs, packed)
+            return probes.unpack(header, outs, packed, on_host)
 
         return collect
 

@@ -52,10 +52,11 @@ def pack(p: Any, repeats: int = 1) -> Packed:
     return Packed(msg, storages, budget, p.q)
 
 
-def unpack(header: dict, outs: list, packed: Packed) -> list[dict[str, torch.Tensor]]:
-    """The outputs of each call of the worker's answer, on the probe's device; the changed
-    storages written back into the probe's. Raises, naming why, on a refused or malformed
-    answer."""
+def unpack(header: dict, outs: list, packed: Packed, on_host: bool = False
+           ) -> list[dict[str, torch.Tensor]]:  # fmt: skip
+    """The outputs of each call of the worker's answer, on the probe's device (`on_host`: where
+    they arrived, the judge's memory); the changed storages written back into the probe's.
+    Raises, naming why, on a refused or malformed answer."""
     storages, r = packed.storages, int(packed.msg["repeats"])
     if header.get("status") != "ok":
         raise RuntimeError(f"{header.get('reason')}")
@@ -77,6 +78,6 @@ def unpack(header: dict, outs: list, packed: Packed) -> list[dict[str, torch.Ten
         raise RuntimeError(f"output refused: {header['in_flight']}")
     if header.get("aliases"):
         raise RuntimeError(f"output-contract: {header['aliases']} alias an input's memory")
-    dev = packed.like.device
+    dev = torch.device("cpu") if on_host else packed.like.device
     return [{k: t.to(dev) for k, t in zip(KEYS, outs[4 * j:4 * j + 4], strict=True)}
             for j in range(r)]  # fmt: skip

@@ -11,9 +11,11 @@ Tensor bytes travel as one raw frame each, or, from `SHM_MIN` bytes per message,
 file (`memfd`) passed over the socket: ten times the socket's throughput, one copy per side. A
 memory file holds that message's tensors and nothing else. The judge maps a worker's file only
 once it is sealed against shrinking (a file cut short under the judge's reads would kill the
-judge with SIGBUS), reads it through a read-only mapping, and copies every tensor out into memory
-of its own before it is checked; a worker that writes on after answering changes nothing the judge
-holds.
+judge with SIGBUS). A file sealed against writing too (`F_SEAL_WRITE`: the kernel refuses every
+write, shared writable mapping and hole punch, and refuses the seal while a writable mapping
+exists) holds bytes nobody can change: the judge uses them in place, through a private mapping
+(its own writes stay its own). Any other file is copied out into memory of the judge's own before
+it is checked; a worker that writes on after answering changes nothing the judge holds.
 """
 
 from __future__ import annotations
@@ -40,7 +42,10 @@ MAX_HEADER = 1 << 20  # a JSON header is small; a larger one is a hostile or bro
 # never waits on a worker that is itself waiting to be read.
 SHM_MIN = 1 << 16
 ALIGN = 64
-SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
+# What a memory file is sealed with: its bytes fixed (the judge reads them in place) and the
+# seals themselves fixed.
+SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SEAL
+MADV_POPULATE_READ = 22  # Linux 5.14: page tables filled read-only, copy-on-write unbroken
 DTYPES = {str(d).removeprefix("torch."): d for d in (
     torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32,
     torch.int16, torch.int8, torch.uint8, torch.bool)}  # fmt: skip
@@ -210,8 +215,9 @@ class Channel:
         check_layout(shm, metas, max_bytes)
         fd = self._recv_fd(deadline)
         try:
-            check_sealed(fd, shm["size"])
-            return header, tensors_in(fd, metas, shm, private=True)
+            seals = check_sealed(fd, shm["size"])
+            return header, tensors_in(fd, metas, shm, private=True,
+                                      immutable=bool(seals & fcntl.F_SEAL_WRITE))
         finally:
             os.close(fd)
 
@@ -244,9 +250,9 @@ def check_layout(shm: Any, metas: list[dict[str, Any]], max_bytes: int) -> None:
             raise ValueError(f"a tensor at offset {off!r:.40} lies outside the memory file")
 
 
-def check_sealed(fd: int, size: int) -> None:
+def check_sealed(fd: int, size: int) -> int:
     """Refuse a descriptor the judge cannot read safely: not a memory file, shorter than
-    announced, or one its sender could still shrink."""
+    announced, or one its sender could still shrink. Its seals."""
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         raise ValueError("the worker sent a descriptor that is not a memory file")
@@ -259,6 +265,7 @@ def check_sealed(fd: int, size: int) -> None:
                          "a file cut short under the judge's reads)")  # fmt: skip
     if st.st_size < size:
         raise ValueError(f"the worker's memory file holds {st.st_size} bytes, {size} announced")
+    return seals
 
 
 def memfd_with(tensors: list[torch.Tensor], offsets: list[int], size: int) -> int:
@@ -280,16 +287,22 @@ def memfd_with(tensors: list[torch.Tensor], offsets: list[int], size: int) -> in
     return fd
 
 
-def tensors_in(fd: int, metas: list[dict[str, Any]], shm: dict[str, Any],
-               private: bool) -> list[torch.Tensor]:  # fmt: skip
+def tensors_in(fd: int, metas: list[dict[str, Any]], shm: dict[str, Any], private: bool,
+               immutable: bool = False) -> list[torch.Tensor]:  # fmt: skip
     """The tensors a memory file holds: copied out into the caller's own memory (`private`,
-    the judge), or views of a private copy-on-write mapping (the worker, of the judge's file)."""
+    the judge), or views of a private copy-on-write mapping (the worker, of the judge's file;
+    the judge, of a file sealed against writing: `immutable`, no copy needed)."""
     size = shm["size"]
+    if immutable:
+        private = False
     if private:
         mm = mmap.mmap(fd, size, mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0),
                        mmap.PROT_READ)  # fmt: skip
     else:  # copy-on-write: the kernel may write its inputs (checked), never the judge's file
         mm = mmap.mmap(fd, size, mmap.MAP_PRIVATE, mmap.PROT_READ | mmap.PROT_WRITE)
+        if immutable:  # fault the pages in at once, read-only (a 1 GB answer: 250k faults)
+            with contextlib.suppress(OSError, ValueError):
+                mm.madvise(MADV_POPULATE_READ)
     out = []
     try:
         for m, off in zip(metas, shm["offsets"], strict=True):

@@ -101,6 +101,36 @@ def test_sealed_file_is_read_and_copied_out() -> None:
     raw.close()
 
 
+def test_a_write_sealed_file_is_used_in_place_and_nobody_can_change_it() -> None:
+    """A file sealed against writing (as every worker's answer is, `wire.memfd_with`) is not
+    copied: its bytes are fixed. The worker cannot write them (a write, a shared writable mapping
+    and a hole punch all fail), and what the judge writes into its tensors stays its own."""
+    import ctypes
+    import errno
+    import fcntl
+
+    want = torch.randn(N // 4, generator=torch.Generator().manual_seed(5))
+    fd = wire.memfd_with([want], [0], N)
+    keep = os.dup(fd)
+    judge, raw = _answer_with(fd)
+    _, (t,) = judge.recv_reply(None, N)
+    assert torch.equal(t.view(torch.int32), want.view(torch.int32))
+    with pytest.raises(PermissionError):
+        mmap.mmap(keep, N)  # shared and writable: what the worker would write through
+    with pytest.raises(PermissionError):
+        os.pwrite(keep, b"\xff" * 8, 0)
+    libc = ctypes.CDLL(None, use_errno=True)
+    punch = 0x01 | 0x02  # FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE: zeroes what it punches
+    assert libc.fallocate(keep, punch, ctypes.c_long(0), ctypes.c_long(N)) == -1
+    assert ctypes.get_errno() == errno.EPERM
+    assert fcntl.fcntl(keep, fcntl.F_GET_SEALS) & fcntl.F_SEAL_SEAL  # no seal can be taken off
+    t[:2] = float("nan")  # the judge's own writes: copy-on-write, the file keeps its bytes
+    with mmap.mmap(keep, N, mmap.MAP_SHARED, mmap.PROT_READ) as mm:
+        assert mm[:8] == want[:2].numpy().tobytes()
+    os.close(keep)
+    raw.close()
+
+
 def test_unsealed_file_is_refused() -> None:
     """A file the worker could shrink while the judge reads it (SIGBUS in the judge)."""
     judge, raw = _answer_with(_memfd(N, sealed=False))
