@@ -103,7 +103,8 @@ ISOLATION: tuple[Mutant, ...] = (
         "",
         "a worker found dead when the next case is sent is replaced without reading what it "
         "answered: the call that killed it is sent again to a fresh worker, and a crash passes",
-        tests=(f"{RT}::test_a_crash_fails_its_own_case_only",),
+        tests=(f"{RT}::test_a_crash_fails_its_own_case_only",
+               f"{RT}::test_a_worker_found_dead_is_read_before_it_is_replaced"),
     ),
     Mutant(
         "isolation-hung-up-worker-calls-sent-again", "isolation", PROC,

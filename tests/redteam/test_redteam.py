@@ -139,6 +139,39 @@ def test_a_worker_that_hangs_up_before_dying_fails_its_own_case_only(tmp_path: P
     assert "process(es) running outside its worker" in (out / "gate.md").read_text()
 
 
+def test_a_worker_found_dead_is_read_before_it_is_replaced(tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """The judge's next send finds the worker already dead and reaped (on a CPU the usual
+    case; on a GPU the driver's teardown usually outlasts the judge, which then meets the closed
+    line instead: the test waits for the death, so both devices take this path). What the dead
+    worker answered is read first: the call it died in fails by name, not as lost (sent again
+    to a fresh worker it would pass), and the next call is judged by a fresh worker."""
+    import time
+
+    from blockattn import providers
+    from blockattn.cases import contract as C
+    from blockattn.run import isolated
+    from blockattn.run.process import CallFailed
+
+    monkeypatch.setenv("REDTEAM_NOTE", str(tmp_path / "note.txt"))
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    p = C.determinism_case(torch.bfloat16, 64, dev)
+    with isolated.session() as sb:
+        (name,) = sb.load_specs(["s=adversaries:segfault_second"])
+        prov = providers.get(name)
+        sb.send_probe(prov, p)()  # call 1: honest
+        second = sb.send_probe(prov, p)  # call 2: the worker dies in it
+        w, end = sb.worker, time.monotonic() + 120
+        while w.alive() and time.monotonic() < end:
+            time.sleep(0.05)
+        assert not w.alive(), "the worker did not die within 120 s"
+        third = sb.send_probe(prov, p)
+        with pytest.raises(CallFailed, match="SIGSEGV"):
+            second()
+        assert set(third()[0]) == {"O", "dQ", "dK", "dV"}
+        assert sb.worker is not w
+
+
 def test_each_repeat_answers_its_own_call() -> None:
     """The determinism probe's repeats go to the worker in one request: every call's own
     outputs must come back, not the first call's again (a kernel whose output changes from
