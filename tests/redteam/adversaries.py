@@ -281,6 +281,20 @@ def side_stream(q, k, v, offsets, **kw):
     return out
 
 
+_REPLAYS: dict[tuple, torch.Tensor] = {}
+
+
+def replay_cache(q, k, v, offsets, **kw):
+    """Replays its answer for inputs it has seen (keyed by where they live and their shape;
+    forward-only calls): a benchmark that calls it again on the same inputs times a lookup."""
+    if torch.is_grad_enabled():
+        return _honest(q, k, v, offsets, **kw)
+    key = (q.data_ptr(), k.data_ptr(), v.data_ptr(), offsets.data_ptr(), tuple(q.shape))
+    if key not in _REPLAYS:
+        _REPLAYS[key] = _honest(q, k, v, offsets, **kw)
+    return _REPLAYS[key]
+
+
 # name -> (kernel, what a FAIL line must say: any of these substrings, lower case)
 CPU_CATALOG = {
     "exit_zero": (exit_zero, ["exited with code 0"]),

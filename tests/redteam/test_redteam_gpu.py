@@ -1,5 +1,6 @@
-"""Red-team patterns that exist only on a GPU: a CUDA fault that kills the context, and work
-left on a side stream when the call returns. Run by the GPU tier."""
+"""Red-team patterns that exist only on a GPU: a CUDA fault that kills the context, work left
+on a side stream when the call returns, and answers replayed from a cache (timing attacks need a
+device's clock and its physical floor). Run by the GPU tier."""
 
 from __future__ import annotations
 
@@ -69,5 +70,24 @@ def test_side_stream_timing_is_refused_by_name(tmp_path: Path) -> None:
         refused = m["status"] in ("check_fail", "refused_impossible") and (
             "in flight" in m["note"] or "impossible" in m["note"])
         assert refused or m["ms"] >= 5.0, m
+    ours = [m for m in data["measurements"] if m["provider"] == "blockattn"]
+    assert ours and all(m["status"] == "ok" for m in ours), ours
+
+
+def test_replayed_answers_are_refused_as_impossible(tmp_path: Path) -> None:
+    """A kernel that replays its forward's answer for inputs it has seen: the bench's calls
+    rotate between two input sets, both seen after the first calls, so every timed call is a
+    lookup. Its answers are right (the spot checks pass); its time at shape P is below what
+    moving the operator's bytes at the device's peak bandwidth takes: refused as impossible.
+    blockattn's own rows beside it are not."""
+    out = tmp_path / "b"
+    r = _run(["bench", "--quick", "--no-sweeps", "--no-extras", "--no-projection", "--out",
+              str(out), "--providers", "blockattn",
+              "--provider", "cached=adversaries:replay_cache"], tmp_path)  # fmt: skip
+    data = json.loads((out / "bench.json").read_text())
+    rows = [m for m in data["measurements"] if m["provider"] == "cached" and m["pass"] == "fwd"]
+    assert rows, r.stderr[-3000:]
+    for m in rows:
+        assert m["status"] == "refused_impossible" and "impossible" in m["note"], m
     ours = [m for m in data["measurements"] if m["provider"] == "blockattn"]
     assert ours and all(m["status"] == "ok" for m in ours), ours
