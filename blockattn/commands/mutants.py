@@ -17,6 +17,8 @@ HELP = (
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from blockattn.commands._options import int_at_least
+
     p.add_argument("--mutant", action="append", help="only this mutant (repeatable)")
     p.add_argument(
         "--group", choices=("core", "rotary", "precision", "suite", "contract", "isolation"),
@@ -33,6 +35,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fuzz", type=int, default=2, help="seeded fuzz cases after the corpus")
     p.add_argument("--seed", type=int, default=0, help="fuzz sampler seed")
     p.add_argument("--keep-going", action="store_true", help="run every case, not up to a kill")
+    p.add_argument("--max-cases", type=int_at_least(1), default=None,
+                   help="only the quick tier's first N cases, then the battery (a check of the "
+                   "machinery: a mutant only a later case kills survives)")
     p.add_argument(
         "--jobs",
         type=int,
@@ -59,8 +64,10 @@ def _markdown(ctrl, outs, meta: dict) -> str:
         f"## blockattn mutants: {killed}/{len(outs)} killed on {meta['device']} ({meta['gpu']})"
         f"{also}",
         "",
-        f"Quick tier: {meta['n_cases']} cases (cpu corpus + {meta['fuzz']} fuzz, seed "
-        f"{meta['seed']}), tolerances `{meta['tolerances']}`, providers {meta['providers']}.",
+        f"Quick tier: {meta['n_cases']} cases ("
+        + (f"the first {meta['max_cases']} of " if meta.get("max_cases") else "")
+        + f"cpu corpus + {meta['fuzz']} fuzz, seed {meta['seed']}), tolerances "
+        f"`{meta['tolerances']}`, providers {meta['providers']}.",
     ]
     if ctrl is not None:
         lines.append(
@@ -116,6 +123,8 @@ def main(args: argparse.Namespace) -> int:
     plan = runner.make_plan(
         device, str(Path(tol.path).resolve()), args.fuzz, args.seed, args.keep_going
     )
+    if args.max_cases is not None:
+        plan["specs"] = plan["specs"][:args.max_cases]
     if args.baseline is not None:
         if not results.load_report_cases(args.baseline):
             raise ValueError(f"--baseline {args.baseline}: holds no case")
@@ -147,6 +156,7 @@ def main(args: argparse.Namespace) -> int:
         "tolerances": str(tol.path),
         "baseline_report": plan.get("baseline_report"),
         "n_cases": len(plan["specs"]),
+        "max_cases": args.max_cases,
         "fuzz": args.fuzz,
         "seed": args.seed,
         "providers": plan["providers"],

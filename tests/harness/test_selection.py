@@ -76,6 +76,7 @@ def test_unknown_case_id_is_a_usage_error() -> None:
         (["run", "--fuzz", "-3"], "argument --fuzz: must be >= 0"),
         (["run", "--seed", "x"], "argument --seed: expected an integer"),
         (["run", "--max-cases", "0"], "argument --max-cases: must be >= 1"),
+        (["mutants", "--max-cases", "0"], "argument --max-cases: must be >= 1"),
         (["run", "--shard", "3/2"], "argument --shard"),
         (["run", "--shard", "1-2"], "argument --shard"),
         (["run", "--head-dim", "0"], "argument --head-dim"),

@@ -201,10 +201,11 @@ def test_sm90_only_mutants_are_not_run_elsewhere_and_never_count_as_killed(
 
 CI_SUBSET = [m.name for m in catalog.MUTANTS if m.ci]
 # CI time (.ci/run <= 15 min on 2 cores; each mutant costs ~30 s of the interpreter): the quick
-# tier runs one CI mutant (a contract bug, killed by the battery) with the control, the slow
-# tier the rest; all are run and journaled by `blockattn mutants`, whose results are committed
-# per machine.
-_QUICK = ["block-size-ignored"]
+# tier runs one CI mutant (a kernel bug, killed by the first case) with the control over the
+# first 3 cases and blockattn's whole battery (--max-cases), the slow tier the rest over the
+# whole quick tier; all are run and journaled by `blockattn mutants`, whose results are
+# committed per machine.
+_QUICK = ["mask-off-by-one"]
 _REST = [n for n in CI_SUBSET if n not in _QUICK]
 
 
@@ -219,9 +220,12 @@ def test_the_quick_mutants_are_in_the_ci_subset() -> None:
 def test_ci_subset_is_killed(tmp_path: Path, names: list[str]) -> None:
     """The CI subset in parts, so the two xdist workers share it (each with the control)."""
     args = [a for n in names for a in ("--mutant", n)]
-    payload = _run([*args, "--fuzz", "0"], tmp_path)
+    quick = ["--max-cases", "3"] if names == _QUICK else []
+    payload = _run([*args, "--fuzz", "0", *quick], tmp_path)
     assert len(payload["mutants"]) == len(names)
     _assert_all_killed(payload)
+    if quick:  # the control ran the cases and then blockattn's battery, and passed
+        assert payload["control"]["cases_run"] == 4, payload["control"]
 
 
 @pytest.mark.slow
