@@ -113,7 +113,8 @@ ISOLATION: tuple[Mutant, ...] = (
         "            self.kill()\n            raise Lost(",
         "a send that finds the worker's line closed (a GPU worker dying slowly) marks every call "
         "in flight lost: the call that killed it is sent again to a fresh worker and passes",
-        tests=(f"{RT}::test_a_worker_that_hangs_up_before_dying_fails_its_own_case_only",),
+        tests=(f"{RT}::test_a_worker_that_hung_up_is_read_before_it_is_replaced",
+               f"{RT}::test_a_worker_that_hangs_up_before_dying_fails_its_own_case_only"),
     ),
     Mutant(
         "isolation-dead-worker-strays-dropped", "isolation", PROC,

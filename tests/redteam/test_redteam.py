@@ -172,6 +172,40 @@ def test_a_worker_found_dead_is_read_before_it_is_replaced(tmp_path: Path,
         assert sb.worker is not w
 
 
+def test_a_worker_that_hung_up_is_read_before_it_is_replaced(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The other way a dying worker is found (a GPU's usual one): the judge's next send meets
+    the closed line while the worker still runs. The test sends only once the worker has hung
+    up, so this path is taken whatever the two processes' speeds: the call it died in fails by
+    name, the undelivered call is judged by a fresh worker."""
+    import time
+
+    from blockattn import providers
+    from blockattn.cases import contract as C
+    from blockattn.run import isolated
+    from blockattn.run.process import CallFailed
+
+    note = tmp_path / "note.txt"
+    monkeypatch.setenv("REDTEAM_NOTE", str(note))
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    p = C.determinism_case(torch.bfloat16, 64, dev)
+    with isolated.session() as sb:
+        (name,) = sb.load_specs(["s=adversaries:hangs_up_second"])
+        prov = providers.get(name)
+        sb.send_probe(prov, p)()  # call 1: honest
+        second = sb.send_probe(prov, p)  # call 2: it hangs up, then dies 8 s later
+        w, end = sb.worker, time.monotonic() + 120
+        while "hung up" not in (note.read_text() if note.exists() else ""):
+            assert time.monotonic() < end, "the worker did not hang up within 120 s"
+            time.sleep(0.05)
+        assert w.alive()
+        third = sb.send_probe(prov, p)
+        with pytest.raises(CallFailed, match="SIGSEGV"):
+            second()
+        assert set(third()[0]) == {"O", "dQ", "dK", "dV"}
+        assert sb.worker is not w
+
+
 def test_each_repeat_answers_its_own_call() -> None:
     """The determinism probe's repeats go to the worker in one request: every call's own
     outputs must come back, not the first call's again (a kernel whose output changes from
