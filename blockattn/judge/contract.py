@@ -60,16 +60,17 @@ class Check:
         return {**d, "replay": self.replay} if self.replay else d
 
 
+_INTS = {2: torch.int16, 4: torch.int32, 8: torch.int64, 1: torch.uint8}
+
+
 def _bits(t: Tensor) -> Tensor:
     """A bitwise-comparable copy (NaN == NaN of the same payload)."""
-    ints = {2: torch.int16, 4: torch.int32, 8: torch.int64, 1: torch.uint8}
-    return t.detach().clone().view(ints[t.element_size()])
+    return t.detach().clone().view(_INTS[t.element_size()])
 
 
 def _as_bits(t: Tensor) -> Tensor:
     """`t`'s bits for a comparison, without a copy where `t` is dense."""
-    ints = {2: torch.int16, 4: torch.int32, 8: torch.int64, 1: torch.uint8}
-    return t.detach().contiguous().view(ints[t.element_size()])
+    return t.detach().contiguous().view(_INTS[t.element_size()])
 
 
 def _inputs_of(p: C.Probe) -> dict[str, Tensor]:
@@ -357,11 +358,10 @@ class Battery:
         if first is None:
             return
         differ, which = 0, []
-        ref: dict[str, Tensor] = {}  # the first call's bits where each repeat's arrived
-        for again in self.repeat_calls(p, self.repeats - 1):
-            for k in KEYS:
-                if ref.get(k) is None or ref[k].device != again[k].device:
-                    ref[k] = _as_bits(first[k]).to(again[k].device)
+        repeats = self.repeat_calls(p, self.repeats - 1)
+        # the first call's bits, moved once to where the repeats arrived (the judge's memory)
+        ref = {k: _as_bits(first[k]).to(repeats[0][k].device) for k in KEYS} if repeats else {}
+        for again in repeats:
             d = [k for k in KEYS if not torch.equal(ref[k], _as_bits(again[k]))]
             differ += bool(d)
             which += [k for k in d if k not in which]

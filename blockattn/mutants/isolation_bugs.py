@@ -126,8 +126,8 @@ ISOLATION: tuple[Mutant, ...] = (
     ),
     Mutant(
         "isolation-unsealed-answer-used-in-place", "isolation", "run/wire.py",
-        "immutable=bool(seals & fcntl.F_SEAL_WRITE))",
-        "immutable=True)",
+        "private=not seals & fcntl.F_SEAL_WRITE)",
+        "private=False)",
         "a worker's memory file is used in place though not sealed against writing: the worker "
         "rewrites the outputs after the judge received them",
         tests=("tests/redteam/test_wire.py::test_sealed_file_is_read_and_copied_out",),

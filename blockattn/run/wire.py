@@ -215,9 +215,8 @@ class Channel:
         check_layout(shm, metas, max_bytes)
         fd = self._recv_fd(deadline)
         try:
-            seals = check_sealed(fd, shm["size"])
-            return header, tensors_in(fd, metas, shm, private=True,
-                                      immutable=bool(seals & fcntl.F_SEAL_WRITE))
+            seals = check_sealed(fd, shm["size"])  # a write-sealed file: used in place
+            return header, tensors_in(fd, metas, shm, private=not seals & fcntl.F_SEAL_WRITE)
         finally:
             os.close(fd)
 
@@ -287,22 +286,19 @@ def memfd_with(tensors: list[torch.Tensor], offsets: list[int], size: int) -> in
     return fd
 
 
-def tensors_in(fd: int, metas: list[dict[str, Any]], shm: dict[str, Any], private: bool,
-               immutable: bool = False) -> list[torch.Tensor]:  # fmt: skip
-    """The tensors a memory file holds: copied out into the caller's own memory (`private`,
-    the judge), or views of a private copy-on-write mapping (the worker, of the judge's file;
-    the judge, of a file sealed against writing: `immutable`, no copy needed)."""
+def tensors_in(fd: int, metas: list[dict[str, Any]], shm: dict[str, Any],
+               private: bool) -> list[torch.Tensor]:  # fmt: skip
+    """The tensors a memory file holds: copied out into the caller's own memory (`private`:
+    the judge, of a file its sender could still write), or views of a private copy-on-write
+    mapping (the worker, of the judge's file; the judge, of a file sealed against writing)."""
     size = shm["size"]
-    if immutable:
-        private = False
     if private:
         mm = mmap.mmap(fd, size, mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0),
                        mmap.PROT_READ)  # fmt: skip
     else:  # copy-on-write: the kernel may write its inputs (checked), never the judge's file
         mm = mmap.mmap(fd, size, mmap.MAP_PRIVATE, mmap.PROT_READ | mmap.PROT_WRITE)
-        if immutable:  # fault the pages in at once, read-only (a 1 GB answer: 250k faults)
-            with contextlib.suppress(OSError, ValueError):
-                mm.madvise(MADV_POPULATE_READ)
+        with contextlib.suppress(OSError, ValueError):  # fault the pages in at once, read-only
+            mm.madvise(MADV_POPULATE_READ)  # (a 1 GB answer: 250k faults)
     out = []
     try:
         for m, off in zip(metas, shm["offsets"], strict=True):
