@@ -125,10 +125,11 @@ def test_a_crash_fails_its_own_case_only(tmp_path: Path) -> None:
 
 def test_a_worker_that_hangs_up_before_dying_fails_its_own_case_only(tmp_path: Path) -> None:
     """As on a GPU, where a dying worker's socket closes well before its process is reaped (the
-    H200's tier failed the test above so): the judge's next send finds the line dead while the
-    worker still runs. The call it died in fails by name; the case never delivered goes to a
-    fresh worker and passes (it was marked lost and the crash was blamed on it). The process it
-    left behind is killed and named."""
+    H200's tier failed the test above so): usually the judge's next send finds the line dead
+    while the worker still runs (on a loaded machine the judge may find it dead instead: the
+    sandbox-level tests below take each way for sure). The call it died in fails by name; the
+    case never delivered goes to a fresh worker and passes (it was marked lost and the crash was
+    blamed on it). The process it left behind is killed and named."""
     note = tmp_path / "note.txt"
     out = _second_call_dies(tmp_path, "adversaries:hangs_up_second", note)
     # the process it left behind was killed with it, and is named (not only the living
@@ -193,7 +194,7 @@ def test_a_worker_that_hung_up_is_read_before_it_is_replaced(
         (name,) = sb.load_specs(["s=adversaries:hangs_up_second"])
         prov = providers.get(name)
         sb.send_probe(prov, p)()  # call 1: honest
-        second = sb.send_probe(prov, p)  # call 2: it hangs up, then dies 8 s later
+        second = sb.send_probe(prov, p)  # call 2: it hangs up, then dies HANGUP_S later
         w, end = sb.worker, time.monotonic() + 120
         while "hung up" not in (note.read_text() if note.exists() else ""):
             assert time.monotonic() < end, "the worker did not hang up within 120 s"
