@@ -120,9 +120,7 @@ def hangs_up_second(q, k, v, offsets, **kw):
         open(marker, "w").close()
         # a process outside its group, to outlive it; started before any work, so the line is
         # closed well before the judge, judging the case before, sends the next one
-        p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
-                             start_new_session=True)  # fmt: skip
-        _note(f"grandchild {p.pid}")
+        _start_grandchild()
         line = socket.socket(fileno=os.dup(int(sys.argv[1])))  # the worker's end (its argv)
         line.shutdown(socket.SHUT_RDWR)
         line.close()
@@ -215,11 +213,16 @@ def write_results(q, k, v, offsets, **kw):
     return _honest(q, k, v, offsets, **kw)
 
 
-def grandchild(q, k, v, offsets, **kw):
-    """Starts a process in a new session (outside the worker's process group) that outlives it."""
+def _start_grandchild() -> None:
+    """A process in a new session (outside the worker's process group), noted by its pid."""
     p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
                          start_new_session=True)  # fmt: skip
     _note(f"grandchild {p.pid}")
+
+
+def grandchild(q, k, v, offsets, **kw):
+    """Starts a process in a new session (outside the worker's process group) that outlives it."""
+    _start_grandchild()
     return _honest(q, k, v, offsets, **kw)
 
 

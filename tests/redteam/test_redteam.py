@@ -11,7 +11,9 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -140,45 +142,10 @@ def test_a_worker_that_hangs_up_before_dying_fails_its_own_case_only(tmp_path: P
     assert "process(es) running outside its worker" in (out / "gate.md").read_text()
 
 
-def test_a_worker_found_dead_is_read_before_it_is_replaced(tmp_path: Path,
-                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    """The judge's next send finds the worker already dead and reaped (on a CPU the usual
-    case; on a GPU the driver's teardown usually outlasts the judge, which then meets the closed
-    line instead: the test waits for the death, so both devices take this path). What the dead
-    worker answered is read first: the call it died in fails by name, not as lost (sent again
-    to a fresh worker it would pass), and the next call is judged by a fresh worker."""
-    import time
-
-    from blockattn import providers
-    from blockattn.cases import contract as C
-    from blockattn.run import isolated
-    from blockattn.run.process import CallFailed
-
-    monkeypatch.setenv("REDTEAM_NOTE", str(tmp_path / "note.txt"))
-    dev = "cuda" if torch.cuda.is_available() else "cpu"
-    p = C.determinism_case(torch.bfloat16, 64, dev)
-    with isolated.session() as sb:
-        (name,) = sb.load_specs(["s=adversaries:segfault_second"])
-        prov = providers.get(name)
-        sb.send_probe(prov, p)()  # call 1: honest
-        second = sb.send_probe(prov, p)  # call 2: the worker dies in it
-        w, end = sb.worker, time.monotonic() + 120
-        while w.alive() and time.monotonic() < end:
-            time.sleep(0.05)
-        assert not w.alive(), "the worker did not die within 120 s"
-        third = sb.send_probe(prov, p)
-        with pytest.raises(CallFailed, match="SIGSEGV"):
-            second()
-        assert set(third()[0]) == {"O", "dQ", "dK", "dV"}
-        assert sb.worker is not w
-
-
-def test_a_worker_that_hung_up_is_read_before_it_is_replaced(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The other way a dying worker is found (a GPU's usual one): the judge's next send meets
-    the closed line while the worker still runs. The test sends only once the worker has hung
-    up, so this path is taken whatever the two processes' speeds: the call it died in fails by
-    name, the undelivered call is judged by a fresh worker."""
+def _second_probe_dies(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spec: str,
+                       ready: Callable[[Any, Path], bool]) -> None:
+    """Probe 1 honest, probe 2 kills the worker; once `ready(worker, note)` holds, probe 3 is
+    sent: the call the worker died in fails by SIGSEGV, probe 3 is answered by a fresh worker."""
     import time
 
     from blockattn import providers
@@ -191,20 +158,46 @@ def test_a_worker_that_hung_up_is_read_before_it_is_replaced(
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     p = C.determinism_case(torch.bfloat16, 64, dev)
     with isolated.session() as sb:
-        (name,) = sb.load_specs(["s=adversaries:hangs_up_second"])
+        (name,) = sb.load_specs([f"s={spec}"])
         prov = providers.get(name)
         sb.send_probe(prov, p)()  # call 1: honest
-        second = sb.send_probe(prov, p)  # call 2: it hangs up, then dies HANGUP_S later
+        second = sb.send_probe(prov, p)  # call 2: the worker dies in it
         w, end = sb.worker, time.monotonic() + 120
-        while "hung up" not in (note.read_text() if note.exists() else ""):
-            assert time.monotonic() < end, "the worker did not hang up within 120 s"
+        while not ready(w, note):
+            assert time.monotonic() < end, f"{spec}: not ready within 120 s"
             time.sleep(0.05)
-        assert w.alive()
         third = sb.send_probe(prov, p)
         with pytest.raises(CallFailed, match="SIGSEGV"):
             second()
         assert set(third()[0]) == {"O", "dQ", "dK", "dV"}
         assert sb.worker is not w
+
+
+def test_a_worker_found_dead_is_read_before_it_is_replaced(tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """The judge's next send finds the worker already dead and reaped (on a CPU the usual
+    case; on a GPU the driver's teardown usually outlasts the judge, which then meets the closed
+    line instead: the test waits for the death, so both devices take this path). What the dead
+    worker answered is read first: the call it died in fails by name, not as lost (sent again
+    to a fresh worker it would pass), and the next call is judged by a fresh worker."""
+    _second_probe_dies(tmp_path, monkeypatch, "adversaries:segfault_second",
+                       lambda w, note: not w.alive())
+
+
+def test_a_worker_that_hung_up_is_read_before_it_is_replaced(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The other way a dying worker is found (a GPU's usual one): the judge's next send meets
+    the closed line while the worker still runs. The test sends only once the worker has hung
+    up (it dies HANGUP_S later), so this path is taken whatever the two processes' speeds: the
+    call it died in fails by name, the undelivered call is judged by a fresh worker."""
+
+    def hung_up_alive(w: Any, note: Path) -> bool:
+        if "hung up" not in (note.read_text() if note.exists() else ""):
+            return False
+        assert w.alive(), "the worker died before the judge's send"
+        return True
+
+    _second_probe_dies(tmp_path, monkeypatch, "adversaries:hangs_up_second", hung_up_alive)
 
 
 def test_each_repeat_answers_its_own_call() -> None:
