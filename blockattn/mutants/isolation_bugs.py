@@ -133,6 +133,14 @@ ISOLATION: tuple[Mutant, ...] = (
         tests=("tests/redteam/test_wire.py::test_sealed_file_is_read_and_copied_out",),
     ),
     Mutant(
+        "isolation-bench-batch-sized-by-its-round-trip", "isolation", "bench/isolated.py",
+        "            if took >= batch_ms or n >= MAX_CALLS:\n                return n",
+        "            return max(3, math.ceil(batch_ms / (took / n)))",
+        "the bench sizes its batches from one short batch, round trip included: a replayed "
+        "call of microseconds gets a few calls a batch and a time above the physical floor",
+        tests=("tests/redteam/test_timing_floor.py",),
+    ),
+    Mutant(
         "isolation-gate-takes-in-process", "isolation", "commands/gate.py",
         '            and p.get("isolation") != "worker"]',
         '            and p.get("isolation") not in ("worker", "NOT ISOLATED")]',

@@ -88,6 +88,7 @@ def test_replayed_answers_are_refused_as_impossible(tmp_path: Path) -> None:
     rows = [m for m in data["measurements"] if m["provider"] == "cached" and m["pass"] == "fwd"]
     assert rows, r.stderr[-3000:]
     for m in rows:
-        assert m["status"] == "refused_impossible" and "impossible" in m["note"], m
+        assert m["status"] == "refused_impossible" and "impossible" in m["note"], (
+            m["case"], m["status"], m["ms"], m["note"])
     ours = [m for m in data["measurements"] if m["provider"] == "blockattn"]
     assert ours and all(m["status"] == "ok" for m in ours), ours
