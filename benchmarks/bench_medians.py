@@ -1,6 +1,7 @@
 """Medians over several `blockattn bench` runs of one call (same GPU): per (case, provider,
-pass), the runs' ms, their median, the median's % of the median copy ceiling, and for the
-fused-rotary provider its median bwd over the plain provider's median bwd (same run set).
+pass), the runs' ms, their median, the median's % of the median copy ceiling, and each
+fused-rotary entry's median over the plain kernel's as it is and over the plain kernel of its
+own precision (accurate or fast; same run set).
 
     python benchmarks/bench_medians.py RUN_DIR... > medians.md   (each RUN_DIR has bench.json)
 
@@ -67,6 +68,32 @@ def main(dirs: list[str]) -> int:
     if ratios:
         print("\nfused rotary bwd / plain bwd (medians): "
               + ", ".join(f"{c} {x:.2f}x" for c, x in ratios))
+    _rotary_table(med)
+    return 0
+
+
+# Issue 44 item 1: each fused-rotary entry against the plain kernel as it is (blockattn) and
+# against the plain kernel of its own precision (accurate: blockattn; fast: blockattn_fast),
+# so a ratio cannot be bought by rounding the non-rotary work.
+ROTARY = {"blockattn_rotary": "blockattn", "blockattn_rotary_fast": "blockattn_fast",
+          "blockattn_rotary_fast_tbl16": "blockattn_fast"}  # fmt: skip
+
+
+def _rotary_table(med: dict[tuple, float]) -> None:
+    rows = []
+    for (c, p, s), ms in sorted(med.items()):
+        same = ROTARY.get(p)
+        if same is None or (c, "blockattn", s) not in med:
+            continue
+        as_is = ms / med[(c, "blockattn", s)]
+        own = f"{ms / med[(c, same, s)]:.3f}" if (c, same, s) in med else "-"
+        rows.append(f"| {c} | {s} | {p} | {ms:.3f} | {as_is:.3f} | {own} |")
+    if rows:
+        print("\n| case | pass | fused rotary | median ms | / plain as is | / plain of its "
+              "precision |\n|---|---|---|---:|---:|---:|")
+        print("\n".join(rows))
+
+
     return 0
 
 

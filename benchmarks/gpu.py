@@ -40,7 +40,7 @@ def _bench_runs(a: argparse.Namespace, providers: str, name: str) -> list[tuple]
     for i in range(1, a.runs + 1):
         cmds.append((f"{name}_{i}", _blockattn(
             "bench", "--providers", providers, "--out", f"{a.out}/{name}_{i}", "--no-sweeps",
-            "--no-projection", "--time-budget-s", "80"), 90))
+            "--no-projection", "--time-budget-s", "150"), 170))
     dirs = [f"{a.out}/{name}_{i}" for i in range(1, a.runs + 1)]
     cmds.append((f"{name}_medians", [PY, "benchmarks/bench_medians.py", *dirs], 60,
                  f"{a.out}/{name}_medians.md"))
@@ -104,7 +104,7 @@ def _false_alarms(a):
 
 
 def _bench(a):
-    return _bench_runs(a, "blockattn,blockattn_rotary,fa2", "bench")
+    return _bench_runs(a, "blockattn,blockattn_rotary,blockattn_fast,fa2", "bench")
 
 
 def _ab(a):
@@ -185,7 +185,8 @@ STEPS = {
                 "OUT/mutants (rerun with the same OUT to resume)", _mutants),
     "false-alarms": ("the gate on unmodified code: SEEDS seeds x 2 fuzz cases, every input "
                      "distribution", _false_alarms),
-    "bench": ("blockattn bench RUNS times (blockattn, fused rotary, FA v2; main shapes), then "
+    "bench": ("blockattn bench RUNS times (blockattn, fused rotary, the fast mode, FA v2; main "
+              "shapes), then "
               "their medians (benchmarks/bench_medians.py: OUT/bench_medians.md)", _bench),
     "ab": ("same-run A/B of the working tree's kernels against --ab (a saved blockattn/kernels "
            "folder; benchmarks/ab_kernels.py), plain and rotary, fwd and bwd", _ab),

@@ -41,6 +41,16 @@ def test_bench_medians_known_answers(tmp_path: Path) -> None:
     rot_row = "| P_D128 | blockattn_rotary | bwd | 3.000 / 3.300 / 2.900 | 3.000 | 33.3 |"
     assert rot_row in out.stdout
     assert "P_D128 1.50x" in out.stdout and "len_256" not in out.stdout
+    assert "| P_D128 | bwd | blockattn_rotary | 3.000 | 1.500 | 1.500 |" in out.stdout
+
+
+def test_bench_medians_reads_fast_rotary_against_both_plain_kernels(tmp_path: Path) -> None:
+    ms = {("P_D64", "blockattn", "fwd"): 1.0, ("P_D64", "blockattn_fast", "fwd"): 0.8,
+          ("P_D64", "blockattn_rotary_fast", "fwd"): 1.2}  # fmt: skip
+    out = _medians(_bench(tmp_path / "a", ms), _bench(tmp_path / "b", ms))
+    assert out.returncode == 0, out.stderr
+    # 1.2 / 1.0 against the plain kernel as it is, 1.2 / 0.8 against the fast plain kernel
+    assert "| P_D64 | fwd | blockattn_rotary_fast | 1.200 | 1.200 | 1.500 |" in out.stdout
 
 
 def test_bench_medians_refuses_what_it_cannot_take_a_median_of(tmp_path: Path) -> None:
