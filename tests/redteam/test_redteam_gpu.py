@@ -89,6 +89,6 @@ def test_replayed_answers_are_refused_as_impossible(tmp_path: Path) -> None:
     assert rows, r.stderr[-3000:]
     for m in rows:
         assert m["status"] == "refused_impossible" and "impossible" in m["note"], (
-            m["case"], m["status"], m["ms"], m["note"])
+            {k: m.get(k) for k in ("case", "status", "ms", "note")}, r.stderr[-2000:])
     ours = [m for m in data["measurements"] if m["provider"] == "blockattn"]
     assert ours and all(m["status"] == "ok" for m in ours), ours
