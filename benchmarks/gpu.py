@@ -40,7 +40,7 @@ def _bench_runs(a: argparse.Namespace, providers: str, name: str) -> list[tuple]
     for i in range(1, a.runs + 1):
         cmds.append((f"{name}_{i}", _blockattn(
             "bench", "--providers", providers, "--out", f"{a.out}/{name}_{i}", "--no-sweeps",
-            "--no-projection", "--time-budget-s", "150"), 170))
+            "--no-projection", "--time-budget-s", "130"), 150))
     dirs = [f"{a.out}/{name}_{i}" for i in range(1, a.runs + 1)]
     cmds.append((f"{name}_medians", [PY, "benchmarks/bench_medians.py", *dirs], 60,
                  f"{a.out}/{name}_medians.md"))
