@@ -138,6 +138,10 @@ def test_plan_respects_quick_and_providers() -> None:
     assert all(s.providers == ("fa2",) for s in only if s.group != "projection")
     assert [s.name for s in only if s.group == "projection"] == ["proj_P_D128", "proj_P_D64"]
     assert not any(s.group == "projection" for s in plan(BenchConfig(projection=False)))
+    some = plan(BenchConfig(cases=("P_D128", "proj_P_D64"), sweeps=False, extras=False))
+    assert [(s.name, s.group) for s in some] == [("P_D128", "main"), ("proj_P_D64", "projection")]
+    with pytest.raises(ValueError, match=r"--cases: unknown \['P_D96'\]"):
+        plan(BenchConfig(cases=("P_D128", "P_D96")))
 
 
 def test_plan_runs_shape_p_under_both_conventions() -> None:

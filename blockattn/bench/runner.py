@@ -76,6 +76,7 @@ class BenchConfig:
     sweep_rep_ms: float = 50.0
     dtype: str = "bfloat16"
     providers: tuple[str, ...] | None = None  # restrict to these (None: all)
+    cases: tuple[str, ...] | None = None  # restrict to the cases of these names (None: all)
     # Free text naming the machine kind (e.g. "nvidia-h100-x1"); None: measure.default_gpu_kind.
     # Recorded in meta and every row; the report refuses to compare rows of different kinds.
     gpu_kind: str | None = None
@@ -130,6 +131,12 @@ def plan(cfg: BenchConfig) -> list[CaseSpec]:
         for s in specs:
             if s.group != "projection":  # its entries are not providers (see cfg.projection)
                 s.providers = tuple(p for p in s.providers if p in cfg.providers)
+    if cfg.cases is not None:
+        unknown = sorted(set(cfg.cases) - {s.name for s in specs})
+        if unknown:
+            raise ValueError(f"--cases: unknown {unknown}; this run's cases: "
+                             f"{sorted({s.name for s in specs})}")  # fmt: skip
+        specs = [s for s in specs if s.name in cfg.cases]
     assert all(s.sparsity_convention in SPARSITY_CONVENTIONS for s in specs)
     return [s for s in specs if s.providers]
 

@@ -33,6 +33,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--providers", default=None, help="comma-separated subset of providers (default all)"
     )
     parser.add_argument(
+        "--cases", default=None,
+        help="comma-separated subset of the bench's cases by name, e.g. P_D128,P_D64 (default "
+        "all; an unknown name is an error that lists the known ones)",
+    )
+    parser.add_argument(
         "--ceiling-gb", type=float, default=2.0, help="copy-ceiling buffer size in GiB (default 2)"
     )
     parser.add_argument(
@@ -82,6 +87,8 @@ def _reexec(args: argparse.Namespace) -> int:
     argv += ["--no-extras"] * args.no_extras
     if args.providers:
         argv += ["--providers", args.providers]
+    if args.cases:
+        argv += ["--cases", args.cases]
     argv += ["--gpu-kind", args.gpu_kind] * bool(args.gpu_kind)
     argv += ["--no-projection"] * args.no_projection
     if args.call_timeout:
@@ -130,6 +137,7 @@ def main(args: argparse.Namespace) -> int:
         sweeps=not args.no_sweeps,
         extras=not args.no_extras,
         providers=providers,
+        cases=tuple(c.strip() for c in args.cases.split(",") if c.strip()) if args.cases else None,
         ceiling_bytes=int(args.ceiling_gb * 2**30),
         gpu_kind=args.gpu_kind,
         projection=not args.no_projection,

@@ -82,7 +82,7 @@ def test_replayed_answers_are_refused_as_impossible(tmp_path: Path) -> None:
     blockattn's own rows beside it are not."""
     out = tmp_path / "b"
     r = _run(["bench", "--quick", "--no-sweeps", "--no-extras", "--no-projection", "--out",
-              str(out), "--providers", "blockattn",
+              str(out), "--providers", "blockattn", "--cases", "P_D128,P_D64",
               "--provider", "cached=adversaries:replay_cache"], tmp_path)  # fmt: skip
     data = json.loads((out / "bench.json").read_text())
     rows = [m for m in data["measurements"] if m["provider"] == "cached" and m["pass"] == "fwd"]
