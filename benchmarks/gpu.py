@@ -35,12 +35,13 @@ def _blockattn(*args: str) -> list[str]:
     return [PY, "-m", "blockattn", *args]
 
 
-def _bench_runs(a: argparse.Namespace, providers: str, name: str) -> list[tuple]:
+def _bench_runs(a: argparse.Namespace, providers: str, name: str,
+                extra: tuple[str, ...] = ()) -> list[tuple]:  # fmt: skip
     cmds = []
     for i in range(1, a.runs + 1):
         cmds.append((f"{name}_{i}", _blockattn(
-            "bench", "--providers", providers, "--out", f"{a.out}/{name}_{i}", "--no-sweeps",
-            "--no-projection", "--time-budget-s", "130"), 150))
+            "bench", "--providers", providers, *extra, "--out", f"{a.out}/{name}_{i}",
+            "--no-sweeps", "--no-projection", "--time-budget-s", "130"), 150))
     dirs = [f"{a.out}/{name}_{i}" for i in range(1, a.runs + 1)]
     cmds.append((f"{name}_medians", [PY, "benchmarks/bench_medians.py", *dirs], 60,
                  f"{a.out}/{name}_medians.md"))
@@ -104,7 +105,8 @@ def _false_alarms(a):
 
 
 def _bench(a):
-    return _bench_runs(a, "blockattn,blockattn_rotary,blockattn_fast,fa2", "bench")
+    fast = ("--provider", "blockattn_fast", "--cases", "P_D128,P_D64")  # the fast mode's entries
+    return _bench_runs(a, "blockattn,blockattn_rotary,fa2", "bench", fast)
 
 
 def _ab(a):
@@ -185,8 +187,8 @@ STEPS = {
                 "OUT/mutants (rerun with the same OUT to resume)", _mutants),
     "false-alarms": ("the gate on unmodified code: SEEDS seeds x 2 fuzz cases, every input "
                      "distribution", _false_alarms),
-    "bench": ("blockattn bench RUNS times (blockattn, fused rotary, the fast mode, FA v2; main "
-              "shapes), then "
+    "bench": ("blockattn bench RUNS times (blockattn, fused rotary, the fast mode, FA v2; P_D128 "
+              "and P_D64), then "
               "their medians (benchmarks/bench_medians.py: OUT/bench_medians.md)", _bench),
     "ab": ("same-run A/B of the working tree's kernels against --ab (a saved blockattn/kernels "
            "folder; benchmarks/ab_kernels.py), plain and rotary, fwd and bwd", _ab),
