@@ -4,6 +4,7 @@ the last commit's, to measure what a kernel change costs.
 
     mkdir -p .ab/a && git archive HEAD blockattn/kernels | tar -x -C .ab/a --strip-components 2
     python benchmarks/ab_kernels.py --a .ab/a --out DIR [--dtypes bf16,fp16] [--rounds 3]
+        [--precision fast]
     # .ab is git-ignored: carry it
 
 Shape P (B=1152, max_len=4096, sparsity 0.7, H=4) at D=128 and D=64, plain and rotary, fwd and
@@ -65,6 +66,8 @@ def main() -> int:
     ap.add_argument("--rotary", choices=("both", "on", "off"), default="both")
     ap.add_argument("--rotate-v", choices=("on", "off", "both"), default="on",
                     help="fused rotary on V too (on), on q and k only (off), or both in turn")
+    ap.add_argument("--precision", choices=("accurate", "fast"), default="accurate",
+                    help="the precision mode both versions launch (dispatch's `precision`)")
     args = ap.parse_args()
     import blockattn.kernels.dispatch as kb_tree
     from blockattn.bench.case import make_bench_case
@@ -90,16 +93,18 @@ def main() -> int:
                 sinu = c.sinu if rotary else None  # the production table is fp32
                 for kind, passes in (("fwd", 4), ("bwd", 7)):
                     res = {"dtype": dname, "D": D, "rotary": rotary, "rotate_v": rotate_v,
-                           "kernel": kind,
+                           "kernel": kind, "precision": args.precision,
                            "floor_ms": passes * nbytes / (ceiling["tbps"] * 1e12) * 1e3}
                     fns = {}
                     for tag, mod in (("A", ka), ("B", kb)):
                         if kind == "fwd":
                             fns[tag] = functools.partial(mod.attention_fwd, c.q, c.k, c.v, table,
-                                                         sinu, c.scale, 64, rotate_v)
+                                                         sinu, c.scale, 64, rotate_v,
+                                                         precision=args.precision)
                         else:
                             fns[tag] = functools.partial(mod.attention_bwd, c.q, c.k, c.v, c.do,
-                                                         table, sinu, c.scale, 64, rotate_v)
+                                                         table, sinu, c.scale, 64, rotate_v,
+                                                         precision=args.precision)
                     outs = {tag: fn() for tag, fn in fns.items()}
                     a_out, b_out = outs["A"], outs["B"]
                     if kind == "fwd":

@@ -112,7 +112,7 @@ def _bench(a):
 def _ab(a):
     return [("ab", [PY, "benchmarks/ab_kernels.py", "--a", a.ab, "--out", f"{a.out}/ab",
                     "--rounds", "3", "--rep-ms", "100", "--dtypes", a.dtypes, "--rotary", "both",
-                    "--rotate-v", "both"], 280)]
+                    "--rotate-v", "both", "--precision", a.precision], 280)]
 
 
 def _ab_gluon_rotary(a):
@@ -235,6 +235,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--ab", default=".ab/a", help="saved kernels folder for ab (git archive HEAD "
                     "blockattn/kernels | tar -x -C .ab/a --strip-components 2; carry .ab)")
     ap.add_argument("--dtypes", default="bf16", help="dtypes for ab (bf16,fp16)")
+    ap.add_argument("--precision", default="accurate", choices=("accurate", "fast"),
+                    help="the kernels' precision mode for ab")
     ap.add_argument("--contract-providers", default="blockattn,fa2,eager")
     ap.add_argument("--fa4-wheels", help="folder of wheels installed with --target into "
                     "OUT/site for the fa4 step (a wheel split in parts NAME.whl.part-*, joined "
