@@ -69,6 +69,11 @@ def _add_provider_option(parser: argparse.ArgumentParser) -> None:
     add_provider_option(parser)  # timed at the main shapes and sweeps beside blockattn, FA v2
 
 
+def _names(text: str) -> tuple[str, ...]:
+    """The names of a comma-separated option (--providers, --cases)."""
+    return tuple(x.strip() for x in text.split(",") if x.strip())
+
+
 def _needs_interpreter() -> bool:
     import torch
 
@@ -123,7 +128,7 @@ def main(args: argparse.Namespace) -> int:
                     else add_outside(prov))  # fmt: skip
     providers = None
     if args.providers:
-        providers = tuple(p.strip() for p in args.providers.split(",") if p.strip()) + outside
+        providers = _names(args.providers) + outside
         known = entries()
         unknown = set(providers) - set(known)
         if unknown:
@@ -137,7 +142,7 @@ def main(args: argparse.Namespace) -> int:
         sweeps=not args.no_sweeps,
         extras=not args.no_extras,
         providers=providers,
-        cases=tuple(c.strip() for c in args.cases.split(",") if c.strip()) if args.cases else None,
+        cases=_names(args.cases) if args.cases else None,
         ceiling_bytes=int(args.ceiling_gb * 2**30),
         gpu_kind=args.gpu_kind,
         projection=not args.no_projection,
