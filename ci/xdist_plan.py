@@ -4,7 +4,8 @@ they are ordered by, and the scaling table (issue 44 item 4).
 - `workers`: as many pytest-xdist workers as the CPU, the host memory and the GPUs' memory allow
   (each worker is pinned to GPU `N mod n_gpus` by blockattn/run/env.py, so W workers put W/n on
   each GPU).
-- Test order: with BLOCKATTN_TEST_COSTS=FILE (seconds per test node id), tests/conftest.py hands
+- Test order: with BLOCKATTN_TEST_COSTS=FILE (seconds per test node id; on a GPU by default
+  ci/baselines/test_costs_gpu.json, set it empty for collection order), tests/conftest.py hands
   the collected items to `order_items`, which puts them longest first for xdist's `load`
   scheduler with `--maxschedchunk 1`: each worker starts with two tests (LPT's pairing of the
   2W longest: longest with the 2W-th, second with the (2W-1)-th, ...), then takes the next
@@ -112,11 +113,13 @@ def lpt_order(ids: list[str], costs: dict[str, float], workers: int) -> list[str
     return paired + tail
 
 
-def order_items(items: list[Any], env: dict[str, str] | None = None) -> bool:
-    """Reorder pytest items in place by the cost table in BLOCKATTN_TEST_COSTS (no-op without).
-    Returns whether it reordered."""
+def order_items(items: list[Any], env: dict[str, str] | None = None,
+                default: str | Path | None = None) -> bool:  # fmt: skip
+    """Reorder pytest items in place by the cost table in BLOCKATTN_TEST_COSTS, else by
+    `default` (tests/conftest.py: the GPU table on a GPU); BLOCKATTN_TEST_COSTS set empty: no
+    reordering. Returns whether it reordered."""
     env = os.environ if env is None else env
-    path = env.get(COSTS_ENV)
+    path = env.get(COSTS_ENV, default)
     if not path:
         return False
     costs = load_test_costs(path)

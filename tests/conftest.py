@@ -24,6 +24,7 @@ _PLAN_PY = Path(__file__).resolve().parents[1] / "ci" / "xdist_plan.py"
 _plan_spec = importlib.util.spec_from_file_location("_blockattn_xdist_plan", _PLAN_PY)
 _xdist_plan = importlib.util.module_from_spec(_plan_spec)
 _plan_spec.loader.exec_module(_xdist_plan)
+_GPU_COSTS = Path(__file__).resolve().parents[1] / "ci" / "baselines" / "test_costs_gpu.json"
 
 from hypothesis import settings  # noqa: E402  (after the environment is configured)
 
@@ -76,7 +77,11 @@ CPU_SLOW = {
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects: the marks added here count
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    _xdist_plan.order_items(items)  # BLOCKATTN_TEST_COSTS=FILE: longest first (else a no-op)
+    # Longest first by BLOCKATTN_TEST_COSTS, on a GPU by default by the GPU tier's measured
+    # table: in collection order a one-GPU tier's last long tests formed its tail (an H200 at
+    # 32e609d: 338 s, most workers idle after 168-257 s; simulated longest first, 193 s)
+    _xdist_plan.order_items(items, default=_GPU_COSTS if DEVICE == "cuda" and _GPU_COSTS.is_file()
+                            else None)
     if DEVICE == "cuda":
         return
     skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU (running on CPU)")

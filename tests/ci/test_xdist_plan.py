@@ -56,6 +56,15 @@ def test_order_items_only_with_a_table(tmp_path: Path) -> None:
     env = {xp.COSTS_ENV: str(tmp_path / "c.json"), "PYTEST_XDIST_WORKER_COUNT": "1"}
     assert xp.order_items(items, env=env)
     assert [i.nodeid for i in items] == ["c", "b", "a"]
+    # a default table (the GPU tier's, on a GPU) unless the variable says otherwise; set empty:
+    # collection order
+    items = [Item(n) for n in ("a", "b", "c")]
+    one = {"PYTEST_XDIST_WORKER_COUNT": "1"}
+    assert xp.order_items(items, env=one, default=tmp_path / "c.json")
+    assert [i.nodeid for i in items] == ["c", "b", "a"]
+    items = [Item(n) for n in ("a", "b", "c")]
+    assert not xp.order_items(items, env={**one, xp.COSTS_ENV: ""}, default=tmp_path / "c.json")
+    assert [i.nodeid for i in items] == ["a", "b", "c"]
 
 
 def test_cost_table_from_worker_logs_and_conftest_orders_by_it(tmp_path: Path) -> None:
