@@ -113,15 +113,24 @@ def lpt_order(ids: list[str], costs: dict[str, float], workers: int) -> list[str
     return paired + tail
 
 
-def order_items(items: list[Any], env: dict[str, str] | None = None,
-                default: str | Path | None = None) -> bool:  # fmt: skip
-    """Reorder pytest items in place by the cost table in BLOCKATTN_TEST_COSTS, else by
-    `default` (tests/conftest.py: the GPU table on a GPU); BLOCKATTN_TEST_COSTS set empty: no
-    reordering. Returns whether it reordered."""
+def costs_path(env: dict[str, str] | None = None,
+               default: str | Path | None = None) -> str | None:  # fmt: skip
+    """The cost table tests go by: BLOCKATTN_TEST_COSTS, else `default` (tests/conftest.py: the
+    GPU tier's table on a GPU); the variable set empty: none (collection order)."""
     env = os.environ if env is None else env
     path = env.get(COSTS_ENV, default)
+    return str(path) if path else None
+
+
+def order_items(items: list[Any], path: str | None,
+                env: dict[str, str] | None = None) -> bool:  # fmt: skip
+    """Reorder pytest items in place, longest first by the cost table at `path` (no-op for
+    None). Returns whether it reordered. Only with xdist's `--maxschedchunk 1` (tests/conftest.py
+    sets it): by default xdist first hands each worker a run of N/4W consecutive tests, so the
+    first worker would get all the longest."""
     if not path:
         return False
+    env = os.environ if env is None else env
     costs = load_test_costs(path)
     workers = int(env.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
     by_id = {it.nodeid: it for it in items}

@@ -75,13 +75,25 @@ CPU_SLOW = {
 }
 
 
+def _costs() -> str | None:
+    """The cost table the tests go by, longest first: BLOCKATTN_TEST_COSTS, on a GPU by default
+    the GPU tier's measured table; set empty: collection order. In collection order a one-GPU
+    tier's last long tests formed its tail (an H200 at 32e609d: 338 s, most workers idle after
+    168-257 s; `xdist_plan.simulate` of the same tests longest first: 193 s)."""
+    return _xdist_plan.costs_path(
+        default=_GPU_COSTS if DEVICE == "cuda" and _GPU_COSTS.is_file() else None)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Longest first needs one test a send: xdist's default first send hands each worker N/4W
+    # consecutive tests, i.e. the first worker all the longest
+    if _costs() and getattr(config.option, "maxschedchunk", 1) is None:
+        config.option.maxschedchunk = 1
+
+
 @pytest.hookimpl(tryfirst=True)  # before -m deselects: the marks added here count
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # Longest first by BLOCKATTN_TEST_COSTS, on a GPU by default by the GPU tier's measured
-    # table: in collection order a one-GPU tier's last long tests formed its tail (an H200 at
-    # 32e609d: 338 s, most workers idle after 168-257 s; simulated longest first, 193 s)
-    _xdist_plan.order_items(items, default=_GPU_COSTS if DEVICE == "cuda" and _GPU_COSTS.is_file()
-                            else None)
+    _xdist_plan.order_items(items, _costs())
     if DEVICE == "cuda":
         return
     skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU (running on CPU)")

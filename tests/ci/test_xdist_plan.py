@@ -51,20 +51,32 @@ def test_order_items_only_with_a_table(tmp_path: Path) -> None:
             self.nodeid = nodeid
 
     items = [Item(n) for n in ("a", "b", "c")]
-    assert not xp.order_items(items, env={})
+    assert not xp.order_items(items, xp.costs_path(env={}))
     (tmp_path / "c.json").write_text(json.dumps({"tests": {"a": 1, "b": 2, "c": 3}}))
     env = {xp.COSTS_ENV: str(tmp_path / "c.json"), "PYTEST_XDIST_WORKER_COUNT": "1"}
-    assert xp.order_items(items, env=env)
+    assert xp.order_items(items, xp.costs_path(env=env), env=env)
     assert [i.nodeid for i in items] == ["c", "b", "a"]
-    # a default table (the GPU tier's, on a GPU) unless the variable says otherwise; set empty:
-    # collection order
-    items = [Item(n) for n in ("a", "b", "c")]
-    one = {"PYTEST_XDIST_WORKER_COUNT": "1"}
-    assert xp.order_items(items, env=one, default=tmp_path / "c.json")
-    assert [i.nodeid for i in items] == ["c", "b", "a"]
-    items = [Item(n) for n in ("a", "b", "c")]
-    assert not xp.order_items(items, env={**one, xp.COSTS_ENV: ""}, default=tmp_path / "c.json")
-    assert [i.nodeid for i in items] == ["a", "b", "c"]
+    # a default table (the GPU tier's, on a GPU) unless the variable names another or is empty
+    table = tmp_path / "c.json"
+    assert xp.costs_path(env={}, default=table) == str(table)
+    assert xp.costs_path(env={xp.COSTS_ENV: "other.json"}, default=table) == "other.json"
+    assert xp.costs_path(env={xp.COSTS_ENV: ""}, default=table) is None
+
+
+def test_longest_first_runs_one_test_a_send(tmp_path: Path) -> None:
+    """With a cost table, conftest sets xdist's --maxschedchunk 1: xdist's default first send
+    (N/4W consecutive tests a worker) would give the first worker all the longest tests."""
+    (tmp_path / "c.json").write_text(json.dumps({"tests": {}}))
+    probe = "tests/ci/test_xdist_plan.py::test_this_session_sends_one_test_at_a_time"
+    env = {**os.environ, xp.COSTS_ENV: str(tmp_path / "c.json"), "XDIST_PROBE": "1"}
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "1",
+                        probe], cwd=REPO, env=env, capture_output=True, text=True)  # fmt: skip
+    assert r.returncode == 0 and "1 passed" in r.stdout, r.stdout[-2000:] + r.stderr[-2000:]
+
+
+@pytest.mark.skipif(not os.environ.get("XDIST_PROBE"), reason="run by the test above")
+def test_this_session_sends_one_test_at_a_time(request: pytest.FixtureRequest) -> None:
+    assert request.config.getoption("maxschedchunk") == 1
 
 
 def test_cost_table_from_worker_logs_and_conftest_orders_by_it(tmp_path: Path) -> None:
