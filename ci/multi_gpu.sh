@@ -40,7 +40,7 @@ XDIST=()
 if python3 -c "import inspect, sys, xdist.plugin as p; sys.exit('maxschedchunk' not in inspect.getsource(p))"; then
   XDIST=(--maxschedchunk 1)  # after the first two, one test at a time: greedy, longest first
 fi
-ORDER=(env)
+ORDER=(env BLOCKATTN_TEST_COSTS=)  # empty: collection order (tests/conftest.py)
 ORDER_DESC="collection order (no cost table at $TEST_COSTS)"
 if [ -f "$TEST_COSTS" ]; then
   ORDER=(env BLOCKATTN_TEST_COSTS="$TEST_COSTS")

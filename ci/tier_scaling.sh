@@ -56,7 +56,8 @@ left() { echo $((BUDGET_S - ($(date +%s) - START) - 10)); }
 
 # run NAME GPUS WORKERS ORDER MAX_S CACHEDIR [record]: one pytest run; record=no for the warm-up.
 run() {
-  local name=$1 gpus=$2 workers=$3 order=$4 max_s=$5 cache=$6 record=${7:-yes} l devs costs_env=()
+  local name=$1 gpus=$2 workers=$3 order=$4 max_s=$5 cache=$6 record=${7:-yes} l devs
+  local costs_env=(BLOCKATTN_TEST_COSTS=)  # empty: collection order (tests/conftest.py)
   l=$(left)
   if [ "$l" -lt "${MIN_S:-60}" ]; then
     echo "== $name: skipped ($l s left)"
