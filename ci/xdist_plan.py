@@ -6,12 +6,14 @@ they are ordered by, and the scaling table (issue 44 item 4).
   each GPU).
 - Test order: with BLOCKATTN_TEST_COSTS=FILE (seconds per test node id; on a GPU by default
   ci/baselines/test_costs_gpu.json, set it empty for collection order), tests/conftest.py hands
-  the collected items to `order_items`, which puts them longest first for xdist's `load`
-  scheduler with `--maxschedchunk 1`: each worker starts with two tests (LPT's pairing of the
-  2W longest: longest with the 2W-th, second with the (2W-1)-th, ...), then takes the next
-  longest whenever one finishes (greedy list scheduling, longest first). A test the table does
-  not know counts as the median known test. The order is a pure function of the collection and
-  the table, so every worker collects the same list (xdist requires it).
+  the collected items to `order_items`, which puts them longest first in units for xdist's
+  `loadgroup` scheduler: a test is a unit, except tests sharing a fixture built once per module
+  or class, which stay on one worker (else each worker that draws one of them builds it again:
+  an H200 tier at d06df21 rebuilt `blockattn bench --smoke` four times, the last two past its
+  limit). Each worker starts with two units (LPT's pairing of the 2W longest: longest with the
+  2W-th, ...), then takes the next longest whenever it runs low (greedy list scheduling). A
+  test the table does not know counts as the median known test. The order is a pure function
+  of the collection and the table, so every worker collects the same list (xdist requires it).
 - `costs DIR OUT`: the table, merged from a run's BLOCKATTN_WORKER_LOG files (each worker's
   per-test seconds, setup + call + teardown).
 - `table`: the Markdown timing table of a scaling run and its verdict (N GPUs >= 0.8 N times as
@@ -44,6 +46,8 @@ CORES_PER_WORKER = 4 / 3
 HOST_GIB_PER_WORKER = 4.0  # torch + triton + the worker-process kernel host + FP64 oracles
 GPU_GIB_PER_WORKER = 5.0  # a CUDA context (~0.6 GiB) + the largest test's tensors
 SCALING_GOAL = 0.8  # N GPUs must be >= 0.8 N times as fast as one
+SHARED_SCOPES = frozenset({"module", "class", "package"})  # fixtures built once per worker
+GROUP_PREFIX = "blockattn-shared:"  # xdist_group names of tests kept on one worker
 
 
 # ----------------------------------------------------------------------------- worker count
@@ -99,18 +103,42 @@ def load_test_costs(path: str | Path) -> dict[str, float]:
     return {str(k): float(v) for k, v in table.items() if isinstance(v, int | float)}
 
 
-def lpt_order(ids: list[str], costs: dict[str, float], workers: int) -> list[str]:
-    """The ids longest first, the 2W longest paired for xdist's first two per worker."""
+def lpt_units(ids: list[str], costs: dict[str, float], workers: int,
+              groups: dict[str, str] | None = None) -> list[list[str]]:  # fmt: skip
+    """The ids as units of work, longest first. A test is its own unit unless `groups` names
+    its group (tests sharing a fixture built once per module or class): a group's tests stay
+    together in collection order, one unit (so the fixture is built once), cut into chunks of at
+    most max(the longest test, total / 2W) seconds. The 2W longest units go out paired for
+    xdist's first two per worker: worker k gets unit k and unit 2W - 1 - k."""
     known = [costs[i] for i in ids if i in costs]
     default = statistics.median(known) if known else 0.0
-    pos = {i: k for k, i in enumerate(ids)}
-    desc = sorted(ids, key=lambda i: (-costs.get(i, default), pos[i]))
+    cost = {i: costs.get(i, default) for i in ids}
     w = max(1, workers)
+    cap = max([*cost.values(), sum(cost.values()) / (2 * w)], default=0.0)
+    groups = groups or {}
+    units: list[list[str]] = []
+    open_: dict[str, list[str]] = {}  # each group's chunk being filled
+    for i in ids:
+        g = groups.get(i)
+        if g is None:
+            units.append([i])
+            continue
+        u = open_.get(g)
+        if u is None or sum(cost[x] for x in u) + cost[i] > cap:
+            u = open_[g] = []
+            units.append(u)
+        u.append(i)
+    pos = {id(u): k for k, u in enumerate(units)}
+    desc = sorted(units, key=lambda u: (-sum(cost[x] for x in u), pos[id(u)]))
     if len(desc) < 2 * w:
         return desc
-    head, tail = desc[: 2 * w], desc[2 * w :]
-    paired = [x for k in range(w) for x in (head[k], head[2 * w - 1 - k])]
-    return paired + tail
+    return desc[:w] + desc[w : 2 * w][::-1] + desc[2 * w :]
+
+
+def lpt_order(ids: list[str], costs: dict[str, float], workers: int,
+              groups: dict[str, str] | None = None) -> list[str]:  # fmt: skip
+    """The ids in `lpt_units` order, flattened."""
+    return [i for u in lpt_units(ids, costs, workers, groups) for i in u]
 
 
 def costs_path(env: dict[str, str] | None = None,
@@ -122,20 +150,45 @@ def costs_path(env: dict[str, str] | None = None,
     return str(path) if path else None
 
 
+def shared_fixture_file(item: Any) -> str | None:
+    """The test file of a pytest item that uses a fixture built once per module, class or
+    package (each worker that runs any of its tests builds it again), else None."""
+    info = getattr(item, "_fixtureinfo", None)
+    for defs in getattr(info, "name2fixturedefs", {}).values():
+        if defs and getattr(defs[-1], "scope", "function") in SHARED_SCOPES:
+            return item.nodeid.split("::")[0]
+    return None
+
+
 def order_items(items: list[Any], path: str | None,
-                env: dict[str, str] | None = None) -> bool:  # fmt: skip
-    """Reorder pytest items in place, longest first by the cost table at `path` (no-op for
-    None). Returns whether it reordered. Only with xdist's `--maxschedchunk 1` (tests/conftest.py
-    sets it): by default xdist first hands each worker a run of N/4W consecutive tests, so the
-    first worker would get all the longest."""
+                env: dict[str, str] | None = None) -> dict[str, str] | None:  # fmt: skip
+    """Reorder pytest items in place, longest first by the cost table at `path` (no-op and None
+    for no table). Returns the xdist group of each test that must share a worker with others
+    (its group's chunk, `lpt_units`): tests/conftest.py marks them `xdist_group` and runs xdist's
+    `loadgroup` scheduler, which sends one unit at a time in this order."""
     if not path:
-        return False
+        return None
     env = os.environ if env is None else env
     costs = load_test_costs(path)
     workers = int(env.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    files = {it.nodeid: f for it in items if (f := shared_fixture_file(it))}
+    units = lpt_units([it.nodeid for it in items], costs, workers, files)
     by_id = {it.nodeid: it for it in items}
-    items[:] = [by_id[i] for i in lpt_order([it.nodeid for it in items], costs, workers)]
-    return True
+    items[:] = [by_id[i] for u in units for i in u]
+    names: dict[str, str] = {}
+    chunks: dict[str, int] = {}  # a group's chunks so far
+    for u in units:
+        if (f := files.get(u[0])) is not None:
+            chunks[f] = chunks.get(f, -1) + 1
+            names.update((i, f"{GROUP_PREFIX}{f}#{chunks[f]}") for i in u)
+    return names
+
+
+def base_nodeid(nodeid: str) -> str:
+    """A node id without the `@group` suffix xdist's loadgroup adds to grouped tests (the cost
+    table and the worker logs key tests by their plain ids)."""
+    head, sep, tail = nodeid.rpartition("@")
+    return head if sep and tail.startswith(GROUP_PREFIX) else nodeid
 
 
 def append_duration(log_dir: str | Path, worker: str, nodeid: str, seconds: float,
@@ -169,12 +222,14 @@ def merge_durations(worker_dir: str | Path) -> dict[str, Any]:
             "tests": dict(sorted(tests.items()))}  # fmt: skip
 
 
-def simulate(ids: list[str], costs: dict[str, float], workers: int) -> float:
-    """Makespan of greedy list scheduling of `ids` (in this order) on `workers` workers."""
+def simulate(order: list[str] | list[list[str]], costs: dict[str, float],
+             workers: int) -> float:  # fmt: skip
+    """Makespan of greedy list scheduling of `order` (tests, or units of tests that run on one
+    worker, as `lpt_units` gives) on `workers` workers."""
     load = [0.0] * max(1, workers)
-    for i in ids:
+    for u in order:
         k = min(range(len(load)), key=load.__getitem__)
-        load[k] += costs.get(i, 0.0)
+        load[k] += sum(costs.get(i, 0.0) for i in ([u] if isinstance(u, str) else u))
     return max(load)
 
 

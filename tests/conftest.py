@@ -85,15 +85,29 @@ def _costs() -> str | None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    # Longest first needs one test a send: xdist's default first send hands each worker N/4W
-    # consecutive tests, i.e. the first worker all the longest
-    if _costs() and getattr(config.option, "maxschedchunk", 1) is None:
-        config.option.maxschedchunk = 1
+    # Longest first goes one unit a send under xdist's loadgroup scheduler: its `load` scheduler
+    # first hands each worker N/4W consecutive tests (the first would get all the longest) and
+    # cannot keep the tests of a module-scoped fixture on one worker (ci/xdist_plan.py). A
+    # worker parses the command line again (no --dist there): the controller's choice is sent.
+    worker_input = getattr(config, "workerinput", None)
+    if worker_input is not None:
+        config.option.loadgroup = bool(worker_input.get("blockattn_loadgroup"))
+    elif _costs() and getattr(config.option, "dist", "no") == "load":
+        config.option.dist = "loadgroup"
+        config.option.loadscopereorder = False  # keep our order, not xdist's by unit size
 
 
-@pytest.hookimpl(tryfirst=True)  # before -m deselects: the marks added here count
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: object) -> None:  # xdist's, on the controller
+    node.workerinput["blockattn_loadgroup"] = node.config.option.dist == "loadgroup"
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects and xdist's group ids: marks here count
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    _xdist_plan.order_items(items, _costs())
+    groups = _xdist_plan.order_items(items, _costs())
+    for item in items:
+        if groups and item.nodeid in groups:
+            item.add_marker(pytest.mark.xdist_group(groups[item.nodeid]))
     if DEVICE == "cuda":
         return
     skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU (running on CPU)")
@@ -133,18 +147,18 @@ _FAILED: set[str] = set()  # tests with a failed phase: named in the per-test li
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    nodeid = _xdist_plan.base_nodeid(report.nodeid)  # without loadgroup's @group
     if report.when == "call" and not report.skipped:
-        _RAN.append(report.nodeid)
-    _SECONDS[report.nodeid] = _SECONDS.get(report.nodeid, 0.0) + report.duration
+        _RAN.append(nodeid)
+    _SECONDS[nodeid] = _SECONDS.get(nodeid, 0.0) + report.duration
     if report.failed:
-        _FAILED.add(report.nodeid)
+        _FAILED.add(nodeid)
     log_dir = os.environ.get("BLOCKATTN_WORKER_LOG")
     if log_dir and report.when == "teardown" and os.environ.get("PYTEST_XDIST_WORKER"):
         # One line per test as it ends (its seconds, when it ended, whether it failed): a run
         # killed by its time limit still leaves its times, its progress and its failures.
-        _xdist_plan.append_duration(log_dir, os.environ["PYTEST_XDIST_WORKER"], report.nodeid,
-                                    _SECONDS[report.nodeid],
-                                    failed=report.nodeid in _FAILED)  # fmt: skip
+        _xdist_plan.append_duration(log_dir, os.environ["PYTEST_XDIST_WORKER"], nodeid,
+                                    _SECONDS[nodeid], failed=nodeid in _FAILED)  # fmt: skip
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

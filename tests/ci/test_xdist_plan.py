@@ -33,8 +33,9 @@ def test_longest_first_with_the_first_two_per_worker_paired() -> None:
     costs = {f"t{i}": float(c) for i, c in enumerate([1, 9, 2, 8, 3, 7, 4, 6, 5, 1])}
     ids = list(costs)
     order = xp.lpt_order(ids, costs, workers=2)
-    # The 4 longest (9, 8, 7, 6) go out as (9, 6) and (8, 7); then 5, 4, 3, 2, 1, 1.
-    assert [costs[i] for i in order] == [9, 6, 8, 7, 5, 4, 3, 2, 1, 1]
+    # The 4 longest go out as 9, 8 (one a worker), then 6, 7: worker 1 gets (9, 6), worker 2
+    # (8, 7); then 5, 4, 3, 2, 1, 1.
+    assert [costs[i] for i in order] == [9, 8, 6, 7, 5, 4, 3, 2, 1, 1]
     assert order[-2:] == ["t0", "t9"]  # ties keep the collection order
     assert sorted(order) == sorted(ids)
     # An unknown test counts as the median known one.
@@ -45,17 +46,48 @@ def test_longest_first_with_the_first_two_per_worker_paired() -> None:
     assert xp.simulate(xp.lpt_order(ids, skew, 4), skew, 4) < xp.simulate(ids, skew, 4)
 
 
+def test_a_shared_fixture_keeps_its_tests_in_one_unit_cut_by_the_cap() -> None:
+    costs = {"m::a": 30.0, "m::b": 0.1, "x": 50.0, "m::c": 0.1, "y": 5.0, "m::d": 30.0}
+    ids = list(costs)
+    groups = {i: "m" for i in ids if i.startswith("m::")}
+    # four workers: the cap is the longest test (50 s), so m splits where d would pass it
+    units = xp.lpt_units(ids, costs, 4, groups)
+    assert units == [["x"], ["m::a", "m::b", "m::c"], ["m::d"], ["y"]]
+    assert xp.simulate(units, costs, 2) == 60.2  # (x, y) beside (a, b, c, d)
+    # one worker: the cap is half the total (67.6 s): the group is one unit
+    assert xp.lpt_units(ids, {**costs, "x": 70.0}, 1, groups)[1] == ["m::a", "m::b", "m::c",
+                                                                      "m::d"]  # fmt: skip
+    assert sorted(xp.lpt_order(ids, costs, 4, groups)) == sorted(ids)
+    assert xp.base_nodeid(f"t.py::f[1]@{xp.GROUP_PREFIX}t.py#3") == "t.py::f[1]"
+    assert xp.base_nodeid("t.py::f[a@b]") == "t.py::f[a@b]"
+
+
 def test_order_items_only_with_a_table(tmp_path: Path) -> None:
+    class Fixture:
+        def __init__(self, scope: str) -> None:
+            self.scope = scope
+
+    class Info:
+        def __init__(self, scope: str) -> None:
+            self.name2fixturedefs = {"f": (Fixture(scope),)}
+
     class Item:
-        def __init__(self, nodeid: str) -> None:
+        def __init__(self, nodeid: str, scope: str = "function") -> None:
             self.nodeid = nodeid
+            self._fixtureinfo = Info(scope)
 
     items = [Item(n) for n in ("a", "b", "c")]
-    assert not xp.order_items(items, xp.costs_path(env={}))
+    assert xp.order_items(items, xp.costs_path(env={})) is None
     (tmp_path / "c.json").write_text(json.dumps({"tests": {"a": 1, "b": 2, "c": 3}}))
     env = {xp.COSTS_ENV: str(tmp_path / "c.json"), "PYTEST_XDIST_WORKER_COUNT": "1"}
-    assert xp.order_items(items, xp.costs_path(env=env), env=env)
+    assert xp.order_items(items, xp.costs_path(env=env), env=env) == {}
     assert [i.nodeid for i in items] == ["c", "b", "a"]
+    # a and c share a module-scoped fixture: one unit of 4 s (after b's 5 s), on one worker
+    items = [Item("m.py::a", "module"), Item("b"), Item("m.py::c", "module")]
+    (tmp_path / "c.json").write_text(json.dumps({"tests": {"m.py::a": 1, "b": 5, "m.py::c": 3}}))
+    groups = xp.order_items(items, xp.costs_path(env=env), env=env)
+    assert [i.nodeid for i in items] == ["b", "m.py::a", "m.py::c"]
+    assert groups == {"m.py::a": f"{xp.GROUP_PREFIX}m.py#0", "m.py::c": f"{xp.GROUP_PREFIX}m.py#0"}
     # a default table (the GPU tier's, on a GPU) unless the variable names another or is empty
     table = tmp_path / "c.json"
     assert xp.costs_path(env={}, default=table) == str(table)
@@ -63,20 +95,37 @@ def test_order_items_only_with_a_table(tmp_path: Path) -> None:
     assert xp.costs_path(env={xp.COSTS_ENV: ""}, default=table) is None
 
 
-def test_longest_first_runs_one_test_a_send(tmp_path: Path) -> None:
-    """With a cost table, conftest sets xdist's --maxschedchunk 1: xdist's default first send
-    (N/4W consecutive tests a worker) would give the first worker all the longest tests."""
+def _probe_run(tmp_path: Path, costs: str) -> set[str]:
+    """The workers that ran the four probe tests below, in a session of 2 xdist workers."""
+    seen = tmp_path / ("seen" + str(bool(costs)))
+    seen.mkdir()
+    env = {**os.environ, xp.COSTS_ENV: costs, "XDIST_PROBE": str(seen)}
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2",
+                        "tests/ci/test_xdist_plan.py", "-k", "probe"], cwd=REPO, env=env,
+                       capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert r.returncode == 0 and "4 passed" in r.stdout, r.stdout[-2000:] + r.stderr[-2000:]
+    return {f.read_text() for f in seen.iterdir()}
+
+
+def test_longest_first_keeps_a_module_fixture_on_one_worker(tmp_path: Path) -> None:
+    """With a cost table, conftest runs xdist's loadgroup scheduler and keeps the tests of a
+    module-scoped fixture on one worker (xdist's load scheduler spreads them: the control)."""
     (tmp_path / "c.json").write_text(json.dumps({"tests": {}}))
-    probe = "tests/ci/test_xdist_plan.py::test_this_session_sends_one_test_at_a_time"
-    env = {**os.environ, xp.COSTS_ENV: str(tmp_path / "c.json"), "XDIST_PROBE": "1"}
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "1",
-                        probe], cwd=REPO, env=env, capture_output=True, text=True)  # fmt: skip
-    assert r.returncode == 0 and "1 passed" in r.stdout, r.stdout[-2000:] + r.stderr[-2000:]
+    assert len(_probe_run(tmp_path, str(tmp_path / "c.json"))) == 1
+    assert len(_probe_run(tmp_path, "")) == 2  # collection order, `load`: the fixture built twice
+
+
+@pytest.fixture(scope="module")
+def _probe_fixture(request: pytest.FixtureRequest) -> str:
+    return os.environ.get("PYTEST_XDIST_WORKER", "main")
 
 
 @pytest.mark.skipif(not os.environ.get("XDIST_PROBE"), reason="run by the test above")
-def test_this_session_sends_one_test_at_a_time(request: pytest.FixtureRequest) -> None:
-    assert request.config.getoption("maxschedchunk") == 1
+@pytest.mark.parametrize("k", range(4))
+def test_probe_the_worker_of_a_module_fixture(k: int, _probe_fixture: str,
+                                             request: pytest.FixtureRequest) -> None:  # fmt: skip
+    assert request.config.option.loadgroup is bool(os.environ[xp.COSTS_ENV])
+    (Path(os.environ["XDIST_PROBE"]) / str(k)).write_text(_probe_fixture)
 
 
 def test_cost_table_from_worker_logs_and_conftest_orders_by_it(tmp_path: Path) -> None:
@@ -100,7 +149,7 @@ def test_cost_table_from_worker_logs_and_conftest_orders_by_it(tmp_path: Path) -
     out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q",
                           "-p", "no:cacheprovider", "tests/ci/test_xdist_plan.py"], cwd=REPO,
                          env=env, capture_output=True, text=True, timeout=120).stdout  # fmt: skip
-    ids = [line for line in out.splitlines() if line.startswith(here)]
+    ids = [x for x in out.splitlines() if x.startswith(here) and "probe" not in x]
     assert ids[0] == here + names[1]  # the 9 s test first; the unknown ones count 4.75 s
     assert ids[-1] == here + names[0]
 
