@@ -166,6 +166,10 @@ def _bwd_fast_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc,
     op, _ = gl.split(gl.reshape(gl.zeros([BM, HD], gl.float32, o_lay), [BM, HD // 2, 2]))
     rp_lay: gl.constexpr = rp.type.layout
     op_lay: gl.constexpr = op.type.layout
+    # The rotate-back table (accumulator layout) is loaded before S's MMA at D = 64, its latency
+    # hidden under S and the softmax (same-run A/B on an H200: rotary bwd 0.966x); at D = 128
+    # after dQ's MMA, where holding it from S on cost 1.029x (results/h200_2026-11-28f)
+    EARLY_TABLE: gl.constexpr = HD == 64
     a_s = gl.allocate_shared_memory(dtype, [1, BM, HD], lay)
     b_s = gl.allocate_shared_memory(dtype, [1, BM, HD], lay)
     c_s = gl.allocate_shared_memory(dtype, [1, BM, HD], lay)
@@ -220,6 +224,8 @@ def _bwd_fast_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc,
             dp = warpgroup_mma_wait(0, deps=[dp])
             if ROTARY:
                 _rotate_round(bb, sin_r, cos_r, r_lay)
+                if EARLY_TABLE:
+                    sin_o, cos_o = _table(SIN, start, n, stride_st, op_lay, BM, HD // 2)
             fence_async_shared()
             sc = warpgroup_mma(ab, bb.permute((1, 0)), zs, use_acc=False)
             p = _probs(sc, n, qk_scale, s_lay)
@@ -233,7 +239,8 @@ def _bwd_fast_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc,
             dv = warpgroup_mma_wait(0, deps=[dv])
             dq = warpgroup_mma(ds_b, bb, zo, use_acc=False, is_async=True)
             if ROTARY:
-                sin_o, cos_o = _table(SIN, start, n, stride_st, op_lay, BM, HD // 2)
+                if not EARLY_TABLE:
+                    sin_o, cos_o = _table(SIN, start, n, stride_st, op_lay, BM, HD // 2)
             else:  # unused: nothing is rotated back
                 sin_o = dv
                 cos_o = dv
