@@ -3,10 +3,13 @@ pass), the runs' ms, their median, the median's % of the median copy ceiling, an
 fused-rotary entry's median over the plain kernel's as it is and over the plain kernel of its
 own precision (accurate or fast; same run set).
 
-    python benchmarks/bench_medians.py RUN_DIR... > medians.md   (each RUN_DIR has bench.json)
+    python benchmarks/bench_medians.py RUN_DIR... [--cases P_D128,...] > medians.md
+    (each RUN_DIR has bench.json)
 
 A run whose bench.json is missing, of another GPU kind, or that errored is an error here (no
-median over fewer runs than asked)."""
+median over fewer runs than asked), and so is an entry measured in only some runs. `--cases`
+takes the medians of those cases only (e.g. the cases every run finished before it was cut;
+the header names the runs that were cut)."""
 
 from __future__ import annotations
 
@@ -16,9 +19,16 @@ import sys
 from pathlib import Path
 
 
-def main(dirs: list[str]) -> int:
-    if len(dirs) < 2:
-        print("usage: bench_medians.py RUN_DIR RUN_DIR [...]", file=sys.stderr)
+def main(argv: list[str]) -> int:
+    cases: set[str] | None = None
+    if "--cases" in argv:
+        k = argv.index("--cases")
+        cases = set(argv[k + 1].split(",")) if k + 1 < len(argv) else set()
+        argv = argv[:k] + argv[k + 2 :]
+    dirs = argv
+    if len(dirs) < 2 or cases == set():
+        print("usage: bench_medians.py RUN_DIR RUN_DIR [...] [--cases NAME,...]",
+              file=sys.stderr)  # fmt: skip
         return 2
     runs = []
     for d in dirs:
@@ -43,12 +53,21 @@ def main(dirs: list[str]) -> int:
         for m in r["measurements"]:
             if m.get("status") != "ok" or m.get("group") != "main":
                 continue
+            if cases is not None and m["case"] not in cases:
+                continue
             key = (m["case"], m["provider"], m["pass"])
             rows.setdefault(key, []).append(m["ms"])
             nbytes[key] = m["bytes"]
     meta = runs[0]["meta"]
+    cut = [str(k + 1) for k, r in enumerate(runs) if r.get("status", "complete") != "complete"]
     print(f"{meta['gpu']} ({meta['gpu_kind']}), commit {meta['git']['commit']}, "
-          f"{len(runs)} runs; copy ceilings TB/s: {[round(t, 3) for t in tbps]}\n")
+          f"{len(runs)} runs; copy ceilings TB/s: {[round(t, 3) for t in tbps]}"
+          + (f"; cases {', '.join(sorted(cases))} only" if cases is not None else "")
+          + (f"; runs cut before the end: {', '.join(cut)}" if cut else "") + "\n")
+    missing = sorted((cases or set()) - {c for c, _, _ in rows})
+    if missing:
+        print(f"bench_medians: cases {missing} measured in no run", file=sys.stderr)
+        return 1
     print("| case | provider | pass | ms per run | median ms | % of median ceiling |")
     print("|---|---|---|---|---:|---:|")
     med = {}
@@ -92,9 +111,6 @@ def _rotary_table(med: dict[tuple, float]) -> None:
         print("\n| case | pass | fused rotary | median ms | / plain as is | / plain of its "
               "precision |\n|---|---|---|---:|---:|---:|")
         print("\n".join(rows))
-
-
-    return 0
 
 
 if __name__ == "__main__":

@@ -13,7 +13,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _bench(d: Path, ms: dict[tuple[str, str, str], float], tbps: float = 4.0,
-           kind: str = "nvidia-h200", errors: list | None = None) -> Path:
+           kind: str = "nvidia-h200", errors: list | None = None,
+           status: str = "complete") -> Path:  # fmt: skip
     d.mkdir(parents=True)
     rows = [{"case": c, "provider": p, "pass": s, "ms": v, "bytes": 4_000_000_000,
              "status": "ok", "group": "main"} for (c, p, s), v in ms.items()]
@@ -21,11 +22,12 @@ def _bench(d: Path, ms: dict[tuple[str, str, str], float], tbps: float = 4.0,
                  "bytes": 1, "status": "ok", "group": "sweep_len"})  # not a main shape
     meta = {"gpu": "NVIDIA H200", "gpu_kind": kind, "git": {"commit": "abc1234"}}
     (d / "bench.json").write_text(json.dumps({"meta": meta, "ceiling": {"tbps": tbps},
-                                              "measurements": rows, "errors": errors or []}))
+                                              "measurements": rows, "errors": errors or [],
+                                              "status": status}))
     return d
 
 
-def _medians(*dirs: Path) -> subprocess.CompletedProcess:
+def _medians(*dirs: Path | str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_medians.py"),
                            *map(str, dirs)], capture_output=True, text=True)
 
@@ -65,6 +67,20 @@ def test_bench_medians_refuses_what_it_cannot_take_a_median_of(tmp_path: Path) -
     out = _medians(a, partial)
     assert out.returncode == 1 and "measured in 1 of 2 runs" in out.stderr
     assert _medians(a).returncode == 2  # one run is no median
+
+
+def test_bench_medians_of_the_cases_every_cut_run_finished(tmp_path: Path) -> None:
+    done, late = ("P_D128", "blockattn", "fwd"), ("P_D64", "blockattn", "fwd")
+    a = _bench(tmp_path / "a", {done: 1.0, late: 0.5}, status="interrupted (signal 15)")
+    b = _bench(tmp_path / "b", {done: 3.0}, status="interrupted (signal 15)")
+    assert "measured in 1 of 2 runs" in _medians(a, b).stderr  # P_D64: only in the first
+    out = _medians(a, b, "--cases", "P_D128")
+    assert out.returncode == 0, out.stderr
+    assert "| P_D128 | blockattn | fwd | 1.000 / 3.000 | 2.000 |" in out.stdout
+    assert "P_D64" not in out.stdout
+    assert "cases P_D128 only; runs cut before the end: 1, 2" in out.stdout
+    assert "measured in no run" in _medians(a, b, "--cases", "P_D32").stderr
+    assert _medians(a, b, "--cases").returncode == 2
 
 
 def test_sass_lines_counts_a_cpu_build() -> None:
