@@ -107,12 +107,15 @@ def main(args: argparse.Namespace) -> int:
         base_bad = gate_rules.baseline_failures(records, vs, ut)
         failures += [{"seed": seed, "case_id": case, "failures": [why], "baseline": True}
                      for case, why in base_bad]  # fmt: skip
+        # everything that shapes the seed's plan and its verdict, so the line reruns these cases
+        same = (f" --profile {profile}" + (f" --providers {args.providers}" if args.providers
+                                           else "")
+                + (" --allow-unreleased-tolerances" if args.allow_unreleased_tolerances else ""))
         cmd = (
             f"blockattn false-alarms --tolerances {tol.path} --fuzz {args.fuzz} --seeds 1 "
-            f"--first-seed {seed} --every-distribution"
+            f"--first-seed {seed} --every-distribution" + same
             if args.every_distribution
-            else f"blockattn gate --tolerances {tol.path} --fuzz {args.fuzz} --seed {seed} "
-            f"--profile {profile}" + (f" --providers {args.providers}" if args.providers else "")
+            else f"blockattn gate --tolerances {tol.path} --fuzz {args.fuzz} --seed {seed}" + same
         )
         rows.append(
             {

@@ -28,6 +28,23 @@ def test_two_seeds_report_one_gate_command_per_seed(tmp_path: Path) -> None:
     assert rc == (1 if rep["failures"] else 0)
 
 
+def test_each_seed_line_reruns_its_own_plan(tmp_path: Path, monkeypatch) -> None:
+    """The per-seed command carries what shapes the plan and the verdict: the providers (a
+    line without them reran blockattn's plan for a blockattn_fast campaign), the profile and
+    an unreleased file's permission."""
+    from blockattn import pipeline
+
+    monkeypatch.setattr(pipeline, "run_cases", lambda *a, **k: [])
+    tol = Path(__file__).resolve().parents[2] / "blockattn" / "tolerances" / "v6.toml"
+    for extra in ([], ["--every-distribution"]):
+        _, rep = _run(tmp_path / str(len(extra)), "--seeds", "1", "--fuzz", "1", "--no-corpus",
+                      "--providers", "blockattn_fast", "--tolerances", str(tol),
+                      "--allow-unreleased-tolerances", "--profile", "ci", *extra)  # fmt: skip
+        cmd = rep["seeds"][0]["gate_command"]
+        assert "--providers blockattn_fast" in cmd and "--profile ci" in cmd, cmd
+        assert "--allow-unreleased-tolerances" in cmd and str(tol) in cmd, cmd
+
+
 def test_a_baseline_beyond_its_bound_is_an_alarm(tmp_path: Path, monkeypatch) -> None:
     """Every case passing, the run's baseline beyond its own bound: the gate fails, so
     false-alarms must count it (it once counted per-case verdicts only)."""
