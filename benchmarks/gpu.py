@@ -225,7 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--commit", default="unknown", help="commit of the tree (BLOCKATTN_GIT_COMMIT)")
     ap.add_argument("--baseline", help="gate baseline report.json (default: ci/baselines/"
                     "h200 or h100 by the GPU's name)")
-    ap.add_argument("--tolerances", default="v5", help="tolerance file (default v5)")
+    ap.add_argument("--tolerances", default="v7", help="tolerance file (default v7)")
     ap.add_argument("--workers", type=int, default=12, help="pytest workers for tier")
     ap.add_argument("--jobs", type=int, default=14, help="mutant jobs")
     ap.add_argument("--mutants-in", metavar="FILE", help="mutants: only those planted in a file "

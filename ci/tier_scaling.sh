@@ -47,7 +47,7 @@ CROOT=/tmp/tier_scaling_cache
 rm -rf "$CROOT" && mkdir -p "$CROOT/warm/triton" "$CROOT/warm/inductor"
 PYARGS=(-q -p no:cacheprovider --hypothesis-seed "${HYP_SEED:-44}")
 if python3 -c "import inspect, sys, xdist.plugin as p; sys.exit('maxschedchunk' not in inspect.getsource(p))"; then
-  PYARGS+=(--maxschedchunk 1)  # one test at a time after the first two: greedy, longest first
+  PYARGS+=(--maxschedchunk 1)  # collection order (load): one test a send; with a table conftest runs loadgroup
 fi
 echo "[]" > "$OUT/runs.json"
 python3 ci/xdist_plan.py sample "$OUT/util.tsv" & SAMPLER=$!  # CPU and GPU busy, every second

@@ -3,7 +3,7 @@
 The same operator and kernels as `blockattn`, with no hi/lo split: the rotated q, k, v, P and dS
 enter their 16-bit MMAs rounded once to the input dtype (as FA v2 rounds P and dS), and the
 backward forms dP from V itself with Di in one pass. It is judged by its own accuracy model,
-fp32-rounded-operands (ERROR_ANALYSIS.md §2; tolerance files v6 / v7, unreleased), never by
+fp32-rounded-operands (ERROR_ANALYSIS.md §2; tolerance files v6 / v7), never by
 blockattn's; blockattn's rule and its accurate default are unchanged.
 """
 

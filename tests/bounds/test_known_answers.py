@@ -459,7 +459,7 @@ def test_forward_terms_with_an_uneven_softmax(D: int, cls: str, part: str) -> No
     np.testing.assert_allclose(got["O"].double().numpy(), want, rtol=RTOL, atol=0)
 
 
-# --- the fast precision mode's model (proposed files v6, v7) --------------------------------
+# --- the fast precision mode's model (v6, v7) ------------------------------------------------
 def expected_fast_model(dtype: str) -> dict[str, dict[str, float]]:
     """fp32-rounded-operands as ERROR_ANALYSIS.md §2 states it: the rotated q/k/v, P and dS
     rounded once to the input dtype (u_in, eta_in); the FP32 rotation 2u_fp32; nothing else
@@ -475,7 +475,7 @@ def expected_fast_model(dtype: str) -> dict[str, dict[str, float]]:
 
 @pytest.mark.parametrize("version", ["v6", "v7"])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
-def test_proposed_files_add_the_fast_model_with_the_derived_constants(version: str,
+def test_v6_v7_add_the_fast_model_with_the_derived_constants(version: str,
                                                                        dtype: str) -> None:
     """v6 / v7 hold the released models unchanged plus fp32-rounded-operands, whose constants
     are the test's own; blockattn's rule is unchanged."""

@@ -1,5 +1,5 @@
 """The declared fast precision mode (`precision="fast"`, provider blockattn_fast, accuracy model
-fp32-rounded-operands in the unreleased tolerance file v6): it meets its own model, it is really
+fp32-rounded-operands in the tolerance file v6): it meets its own model, it is really
 the fast arithmetic (outside the accurate model), and the accurate default is untouched.
 
 These tests are also what kills the fast mode's planted bugs (blockattn/mutants/fast_bugs.py):
@@ -85,7 +85,7 @@ def test_fast_provider_is_declared() -> None:
     assert prov.accuracy_model == "fp32-rounded-operands"
     assert not prov.supports.projection
     tol = tolerances.load(V6)
-    assert tol.data["status"] == "proposed"  # not released: judged with --allow-unreleased
+    assert tol.released_as is not None  # released (MANIFEST), judged without --allow-unreleased
     assert tol.model_for("blockattn").name == "fp32-split-operands"  # blockattn's rule as is
 
 
