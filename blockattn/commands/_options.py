@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from pathlib import Path
 from typing import Any
 
 from blockattn.cases.plan import Selection
@@ -180,8 +181,11 @@ def isolation(args: argparse.Namespace) -> Any:
         print(f"blockattn: {isolated.NOT_ISOLATED}: --in-process calls the kernel in the judge's "
               "own process (debugging); the gate refuses such runs", file=sys.stderr)  # fmt: skip
     # a run that will call a kernel spawns its worker now (gate --report may call none)
+    # files the run reads besides the package's (watched with them while the kernel runs)
+    watch = [f for f in (getattr(args, "baseline", None), getattr(args, "tolerances", None))
+             if isinstance(f, str) and Path(f).is_file()]  # fmt: skip
     return isolated.session(getattr(args, "call_timeout", None), in_process,
-                            starts_worker(args))  # fmt: skip
+                            starts_worker(args), tuple(watch))  # fmt: skip
 
 
 def load_provider_specs(specs: list[str] | None) -> list[str]:

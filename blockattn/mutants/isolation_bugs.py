@@ -141,6 +141,22 @@ ISOLATION: tuple[Mutant, ...] = (
         tests=("tests/redteam/test_timing_floor.py",),
     ),
     Mutant(
+        "isolation-judge-files-unwatched", "isolation", "run/isolated.py",
+        "        return stray + judge_files.lines(self.files)",
+        "        return stray",
+        "the judge does not check its own files when the worker ends: a kernel that rewrites "
+        "the judge's code, plants its bytecode or drops a start-up hook passes",
+        tests=("tests/redteam/test_judge_files.py",),
+    ),
+    Mutant(
+        "isolation-judge-imported-lazily", "isolation", "run/isolated.py",
+        "        judge_files.import_judge()\n",
+        "",
+        "the judge imports its modules as it needs them, after the kernel ran: bytecode the "
+        "kernel planted is loaded as the judge's own code",
+        tests=("tests/redteam/test_judge_files.py",),
+    ),
+    Mutant(
         "isolation-gate-takes-in-process", "isolation", "commands/gate.py",
         '            and p.get("isolation") != "worker"]',
         '            and p.get("isolation") not in ("worker", "NOT ISOLATED")]',

@@ -41,7 +41,7 @@ import torch
 from blockattn import providers
 from blockattn.names import CALL_TIMEOUT_S
 from blockattn.providers import OUTPUT_KEYS, Provider, Supports, Timing
-from blockattn.run import calls, probes, spawn
+from blockattn.run import calls, judge_files, probes, spawn
 from blockattn.run.process import Box, CallFailed, Lost, Worker, harden_parent
 
 DEFAULT_CALL_TIMEOUT = CALL_TIMEOUT_S
@@ -73,7 +73,11 @@ class Sandbox:
     """A run's isolation: the worker, the providers it hosts, and the judge's proxies of them."""
 
     def __init__(self, call_timeout: float | None = None, in_process: bool = False,
-                 prestart: bool = False) -> None:  # fmt: skip
+                 prestart: bool = False, watch: tuple = ()) -> None:  # fmt: skip
+        # before the worker imports any kernel: all of the judge's code loaded, its files as
+        # they were (judge_files)
+        judge_files.import_judge()
+        self.files = judge_files.snapshot(watch)
         self.call_timeout = call_timeout or DEFAULT_CALL_TIMEOUT
         self.in_process = in_process
         self.scratch = Path(tempfile.mkdtemp(prefix="blockattn-worker-"))
@@ -401,8 +405,9 @@ class Sandbox:
             self._kill(self.worker)
             self.finished.append(self.worker)
             self.worker = None
-        return [f"the kernel left {len(self.strays)} process(es) running outside its worker "
-                f"(pids {self.strays[:5]}); killed"] if self.strays else []  # fmt: skip
+        stray = [f"the kernel left {len(self.strays)} process(es) running outside its worker "
+                 f"(pids {self.strays[:5]}); killed"] if self.strays else []  # fmt: skip
+        return stray + judge_files.lines(self.files)
 
     def close(self) -> None:
         t0 = time.monotonic()
@@ -466,10 +471,11 @@ def close_session(sb: Sandbox) -> None:
 
 @contextlib.contextmanager
 def session(call_timeout: float | None = None, in_process: bool = False,
-            prestart: bool = False) -> Iterator[Sandbox]:  # fmt: skip
+            prestart: bool = False, watch: tuple = ()) -> Iterator[Sandbox]:  # fmt: skip
     """The isolation of one run: `with session(...) as sb: names = sb.load_specs(...)`;
-    `prestart` spawns the worker at once (a run that will call a kernel)."""
-    sb = Sandbox(call_timeout, in_process, prestart)
+    `prestart` spawns the worker at once (a run that will call a kernel); `watch`: files the run
+    reads besides the package's (a baseline), checked with them when the worker ends."""
+    sb = Sandbox(call_timeout, in_process, prestart, watch)
     _ACTIVE.append(sb)
     try:
         yield sb

@@ -1,0 +1,92 @@
+"""A kernel that writes the judge's own files: its code (an agent editing the evaluator), cached
+bytecode the import system would load in its place, a start-up hook every later Python runs.
+The worker runs as the judge's user, so it can; the judge hashes its files before the worker
+imports any kernel and fails the run naming each change (blockattn/run/judge_files.py). Each
+run here judges from a throwaway copy of the package: the adversaries refuse to touch anything
+else (`adversaries._judge_copy`).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import blockattn
+from blockattn.run import judge_files
+
+HERE = Path(__file__).resolve().parent
+PACKAGE = Path(blockattn.__file__).resolve().parent  # the one imported (a mutant's copy too)
+LINE = "the judge's own files changed while the kernel ran"
+
+
+def _judge_copy(tmp: Path) -> tuple[Path, dict[str, str]]:
+    root = tmp / "judge"
+    shutil.copytree(PACKAGE, root / "blockattn",
+                    ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    path = [str(root), str(HERE), *filter(None, [env.get("PYTHONPATH")])]
+    env.update(PYTHONPATH=os.pathsep.join(path),
+               REDTEAM_JUDGE_COPY=str(root), REDTEAM_NOTE=str(tmp / "note.txt"))  # fmt: skip
+    return root, env
+
+
+def _gate(env: dict[str, str], spec: str, out: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "blockattn", "gate", "--provider", spec,
+                           "--out", str(out), "--max-cases", "1", "--fuzz", "0",
+                           "--no-contract", "--no-progress"], cwd=HERE, env=env,
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+
+
+def test_a_kernel_that_writes_the_judges_files_fails_naming_each(tmp_path: Path) -> None:
+    """Each attack from its own copy (a rewritten judge would judge the next run)."""
+    before = {p: p.read_bytes() for p in (PACKAGE / "judge").glob("*.py")}
+    for spec, wrote in (("r=adversaries:rewrite_judge", "blockattn/judge/verdict.py (changed)"),
+                        ("b=adversaries:plant_bytecode", "gate_rules.cpython"),
+                        ("s=adversaries:startup_hook", "sitecustomize.py (added)")):
+        _, env = _judge_copy(tmp_path / spec[0])
+        env["REDTEAM_NOTE"] = str(tmp_path / "note.txt")
+        out = tmp_path / spec[0] / "out"
+        r = _gate(env, spec, out)
+        gate_md = (out / "gate.md").read_text() if (out / "gate.md").is_file() else ""
+        log = r.stdout[-1500:] + r.stderr[-1500:] + gate_md[-1500:]
+        assert r.returncode == 1, log
+        assert LINE in gate_md and wrote in gate_md, log
+    note = (tmp_path / "note.txt").read_text()
+    assert all(w in note for w in ("rewrite_judge", "plant_bytecode", "startup_hook")), note
+    # the real package was never touched
+    assert before == {p: p.read_bytes() for p in (PACKAGE / "judge").glob("*.py")}
+
+
+def test_an_honest_kernel_and_the_judges_own_bytecode_pass(tmp_path: Path) -> None:
+    """The control: the same copy, writing its own bytecode as it imports (the judge's and the
+    worker's), judges an honest kernel without the line."""
+    root, env = _judge_copy(tmp_path)
+    r = _gate(env, "h=adversaries:honest", tmp_path / "g")
+    gate_md = (tmp_path / "g" / "gate.md").read_text()
+    assert r.returncode == 0, r.stderr[-2000:] + gate_md[-2000:]
+    assert LINE not in gate_md
+    assert list(root.rglob("__pycache__/*.pyc")), "no bytecode written: the check was not tried"
+
+
+def test_bytecode_is_held_to_its_source(tmp_path: Path) -> None:
+    """Known answers for the bytecode check, in-process: the compilation of the source passes,
+    other code behind a matching header does not, another interpreter's cache is not ours."""
+    import importlib.util
+    import marshal
+    import py_compile
+
+    src = tmp_path / "m.py"
+    src.write_text("X = 1\n")
+    cache = Path(py_compile.compile(str(src), doraise=True))
+    assert judge_files._pyc_is_its_source(cache)
+    st = src.stat()
+    header = cache.read_bytes()[:16]
+    cache.write_bytes(header + marshal.dumps(compile("X = 2\n", str(src), "exec")))
+    assert not judge_files._pyc_is_its_source(cache)
+    other = cache.with_name("m.cpython-299.pyc")
+    other.write_bytes(b"junk")
+    assert judge_files._pyc_is_its_source(other)
+    assert importlib.util.cache_from_source(str(src)) == str(cache) and st.st_size == 6
