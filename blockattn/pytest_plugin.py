@@ -321,6 +321,8 @@ class BlockattnSession:
             return BlockattnCase(spec, skip_reason=f"{p.under_test}: {why}")
         rec = evaluate_case(spec, p.providers, p.under_test, p.baseline, tol=p.tol)
         v = verdict.evaluate(rec, p.tol, p.under_test)
+        for line in self.tampered():  # the kernel wrote the judge's files: this case fails
+            v.fail(line)
         rec["verdict"] = {"passed": v.passed, "skipped": v.skipped, "failures": v.failures,
                           "warnings": v.warnings, "tolerances": f"v{p.tol.version}"}  # fmt: skip
         case = BlockattnCase(spec, rec, v)
@@ -334,6 +336,13 @@ class BlockattnSession:
                 case.replay = f"(could not write the reproducer: {exc})"
             rec["verdict"]["replay"] = case.replay
         return case
+
+    def tampered(self) -> list[str]:
+        """The judge's files changed since the session began (run/judge_files.py): checked
+        after every case and the battery, since a session's worker lives on between tests."""
+        from blockattn.run import judge_files
+
+        return judge_files.lines(self.sandbox.files)
 
     def contract(self) -> tuple[list[Any], str]:
         """(checks, replay command) of the contract battery, run once per session."""
@@ -446,6 +455,9 @@ class ContractItem(_Item):
         checks, replay = self.state.contract()
         mine = [c for c in checks if c.prop in (self.prop, "all")]
         bad = [c for c in mine if c.status == "FAIL"]
+        tampered = self.state.tampered()
+        if tampered:
+            raise _BlockattnFailure("\n".join(f"blockattn: {x}" for x in tampered))
         if bad:
             raise _BlockattnFailure("\n".join([
                 f"blockattn: contract violated: {self.prop} ({len(bad)} of {len(mine)} checks)",

@@ -149,6 +149,15 @@ ISOLATION: tuple[Mutant, ...] = (
         tests=("tests/redteam/test_judge_files.py",),
     ),
     Mutant(
+        "isolation-plugin-judge-files-unwatched", "isolation", "pytest_plugin.py",
+        "        for line in self.tampered():  # the kernel wrote the judge's files: this "
+        "case fails\n            v.fail(line)\n",
+        "",
+        "the pytest plugin's cases do not check the judge's files: a kernel that rewrites the "
+        "judge's code passes its test",
+        tests=("tests/redteam/test_judge_files.py",),
+    ),
+    Mutant(
         "isolation-judge-imported-lazily", "isolation", "run/isolated.py",
         "        judge_files.import_judge()\n",
         "",

@@ -90,3 +90,25 @@ def test_bytecode_is_held_to_its_source(tmp_path: Path) -> None:
     other.write_bytes(b"junk")
     assert judge_files._pyc_is_its_source(other)
     assert importlib.util.cache_from_source(str(src)) == str(cache) and st.st_size == 6
+
+
+def test_the_pytest_plugin_fails_the_case_of_a_kernel_that_writes_the_judges_files(
+        tmp_path: Path) -> None:  # fmt: skip
+    """The plugin's session keeps one worker between tests: each case and the battery check the
+    judge's files, so the test that ran the kernel fails (under xdist too)."""
+    _, env = _judge_copy(tmp_path)
+    user = tmp_path / "user_repo"
+    user.mkdir()
+    (user / "pytest.ini").write_text("[pytest]\n")
+    env = {k: v for k, v in env.items()
+           if k != "TRITON_INTERPRET" and not k.startswith(("PYTEST_", "BLOCKATTN_"))}  # fmt: skip
+    r = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-o",
+                        "addopts=", "-v", "--blockattn-provider", "adversaries:rewrite_judge",
+                        "--blockattn-corpus-only", "--blockattn-variant", "plain",
+                        "--blockattn-case", "edge-lengths-plain-bf16", "-k", "test_blockattn["],
+                       cwd=user, env=env, capture_output=True, text=True,
+                       timeout=600)  # fmt: skip
+    log = r.stdout[-3000:] + r.stderr[-1500:]
+    assert r.returncode == 1, log
+    assert "test_blockattn[edge-lengths-plain-bf16] FAILED" in r.stdout, log
+    assert LINE in r.stdout and "blockattn/judge/verdict.py (changed)" in r.stdout, log
