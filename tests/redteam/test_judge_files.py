@@ -112,3 +112,25 @@ def test_the_pytest_plugin_fails_the_case_of_a_kernel_that_writes_the_judges_fil
     assert r.returncode == 1, log
     assert "test_blockattn[edge-lengths-plain-bf16] FAILED" in r.stdout, log
     assert LINE in r.stdout and "blockattn/judge/verdict.py (changed)" in r.stdout, log
+
+
+def test_a_runs_baseline_and_tolerance_files_are_watched(tmp_path: Path) -> None:
+    """Known answers, in-process: the files a run names (a baseline directory's report.json, a
+    tolerance file by path) are in the snapshot, and a change to one is named."""
+    import argparse
+
+    from blockattn.commands._options import isolation
+
+    base = tmp_path / "base"
+    base.mkdir()
+    (base / "report.json").write_text("{}")
+    tol = tmp_path / "t.toml"
+    tol.write_text("x = 1\n")
+    args = argparse.Namespace(baseline=str(base), tolerances=str(tol), call_timeout=None)
+    with isolation(args) as sb:
+        assert str((base / "report.json").resolve()) in sb.files.files
+        assert str(tol.resolve()) in sb.files.files
+        assert judge_files.lines(sb.files) == []
+        (base / "report.json").write_text('{"forged": 1}')
+        (line,) = judge_files.lines(sb.files)
+        assert LINE in line and "report.json (changed)" in line, line
