@@ -66,6 +66,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _after_the_kernel(args: argparse.Namespace, rc: int) -> int:
+    """Every command that hosted a kernel ends its worker here and fails (exit 1) when the
+    kernel left processes behind or wrote the judge's files: `run` and `gate` have put that in
+    their verdicts already; `contract`, `audit`, `bench` and `replay` say it here."""
+    from blockattn.run import isolated
+
+    late = isolated.end_worker()
+    if late and rc == 0:
+        for line in late:
+            print(f"blockattn {args.command}: FAIL: {line}", file=sys.stderr)
+        return 1
+    return rc
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)  # argparse exits 2 on usage errors
@@ -80,7 +94,8 @@ def main(argv: list[str] | None = None) -> int:
 
             spawn.early()
         with isolation(args):  # the kernel under test runs in a worker (blockattn.run.isolated)
-            return int(args._main(args) or 0)
+            rc = int(args._main(args) or 0)
+            return _after_the_kernel(args, rc)
     except (ValueError, TypeError, OSError) as exc:  # OSError: --out is a file, no access...
         print(f"blockattn {args.command}: error: {exc}", file=sys.stderr)
         return 2

@@ -158,6 +158,14 @@ ISOLATION: tuple[Mutant, ...] = (
         tests=("tests/redteam/test_judge_files.py",),
     ),
     Mutant(
+        "isolation-cli-ignores-what-the-kernel-left", "isolation", "cli.py",
+        "    if late and rc == 0:",
+        "    if late and rc == 0 and not late:",
+        "a command without a gate verdict (contract, audit, bench, replay) exits 0 although its "
+        "kernel wrote the judge's files or left processes running",
+        tests=("tests/redteam/test_judge_files.py",),
+    ),
+    Mutant(
         "isolation-judge-imported-lazily", "isolation", "run/isolated.py",
         "        judge_files.import_judge()\n",
         "",

@@ -134,3 +134,16 @@ def test_a_runs_baseline_and_tolerance_files_are_watched(tmp_path: Path) -> None
         (base / "report.json").write_text('{"forged": 1}')
         (line,) = judge_files.lines(sb.files)
         assert LINE in line and "report.json (changed)" in line, line
+
+
+def test_every_command_that_hosts_a_kernel_fails_on_it(tmp_path: Path) -> None:
+    """`contract` (like `audit`, `bench`, `replay`) writes no gate verdict: the command line
+    ends the worker after it and exits 1 naming the change."""
+    _, env = _judge_copy(tmp_path)
+    r = subprocess.run([sys.executable, "-m", "blockattn", "contract", "--provider",
+                        "r=adversaries:rewrite_judge", "--only", "determinism",
+                        "--out", str(tmp_path / "c")], cwd=HERE, env=env,
+                       capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert r.returncode == 1, r.stdout[-2000:] + r.stderr[-2000:]
+    assert f"blockattn contract: FAIL: {LINE}" in r.stderr, r.stderr[-2000:]
+    assert "blockattn/judge/verdict.py (changed)" in r.stderr
