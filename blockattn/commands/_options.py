@@ -180,7 +180,6 @@ def isolation(args: argparse.Namespace) -> Any:
     if in_process:
         print(f"blockattn: {isolated.NOT_ISOLATED}: --in-process calls the kernel in the judge's "
               "own process (debugging); the gate refuses such runs", file=sys.stderr)  # fmt: skip
-    # a run that will call a kernel spawns its worker now (gate --report may call none)
     # files the run reads besides the package's (watched with them while the kernel runs); a
     # baseline directory is its report.json
     watch = []
@@ -189,6 +188,7 @@ def isolation(args: argparse.Namespace) -> Any:
             f = str(Path(f) / "report.json")
         if isinstance(f, str) and Path(f).is_file():
             watch.append(f)
+    # a run that will call a kernel spawns its worker now (gate --report may call none)
     return isolated.session(getattr(args, "call_timeout", None), in_process,
                             starts_worker(args), tuple(watch))  # fmt: skip
 
