@@ -52,10 +52,8 @@ def _hook_dirs() -> list[Path]:
     dirs = [Path(p) for p in sys.path if p]
     with contextlib.suppress(AttributeError):  # a virtualenv's old site module
         dirs += [Path(p) for p in site.getsitepackages()] + [Path(site.getusersitepackages())]
-    seen: dict[str, Path] = {}
-    for d in dirs:
-        seen.setdefault(str(d.resolve()), d)
-    return [Path(k) for k in seen if Path(k) not in ROOTS]
+    unique = dict.fromkeys(d.resolve() for d in dirs)  # in path order, once each
+    return [d for d in unique if d not in ROOTS]
 
 
 def _hook_files(d: Path) -> list[Path]:
