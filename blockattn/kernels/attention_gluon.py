@@ -1,42 +1,35 @@
 """Hopper (sm_90) backward in Gluon: the plain (no rotary) 16-bit backward with the next tile's
-loads in flight while this tile computes.
+loads in flight while this tile computes. Reads top-down: helpers, kernels, configs, launcher.
 
-Reads top-down: helpers, the kernel, eligibility and configs, the launcher.
+Why: the portable backward waits for every load before its chain of MMAs (the H100 lost ~15 %
+of the copy ceiling to that wait, issue 23); Triton's `tl.dot` cannot issue a TMA load under a
+running MMA chain, Gluon can. Each persistent CTA walks its share of the tile table.
 
-Why: the portable backward (blockattn.kernels.attention) runs one tile per CTA and waits for
-every load before its chain of MMAs; at 2 CTAs per SM nothing loads while a tile computes, so
-the H100 lost ~15 % of the copy ceiling to that wait (issue 23). Triton's `tl.dot` cannot issue
-a TMA load under a running MMA chain by hand; Gluon can. Each persistent CTA (one 4-warp
-warpgroup) walks its share of the tile table; tile i+1's q, k, v, dO arrive by TMA into the
-second of two shared-memory stages, under an mbarrier, while tile i computes.
-
-The arithmetic is the portable centred backward's (see attention.py's docstring), operation
-for operation and MMA for MMA in the same order, so the outputs are bitwise the portable
-kernel's (tests/kernels/test_gluon_path.py checks it on the GPU):
+The arithmetic is the portable centred backward's (attention.py's docstring), operation for
+operation and MMA for MMA in the same order, so the outputs are bitwise the portable kernel's
+(tests/kernels/test_gluon_path.py checks it on the GPU):
 - S = Q K^T, P = softmax over the n valid keys (fp32, log2 domain);
 - dP = dO (V - V_0)^T, V_0 the block's first row, V - V_0 as hi + lo (2 MMAs); Di summed twice;
 - dS = P (dP - Di); fp16 splits dS at a power-of-two scale (its lo half stays normal);
 - dV = P^T dO, dQ = dS K, dK = dS^T Q, with P and dS as hi + lo (2 MMAs each).
 The bf16 splits and widenings are written in PTX, two elements per instruction (_split,
-_widen, _split_product: the same round-to-nearest-even operations, ~7 % fewer instructions
-than the compiler's one-element conversions); dS's lo comes from the exact residual
-fma(P, dP - Di, -hi), the fma the compiler contracts the portable kernel's `dS - hi` into.
+_widen, _split_product: ~7 % fewer instructions than the compiler's conversions); dS's lo comes
+from the exact residual fma(P, dP - Di, -hi), the fma the compiler contracts the portable
+kernel's `dS - hi` into. The MMAs are asynchronous, each accumulator's in that order: S runs
+while V is centred, dV while dS is split, dK while dQ leaves.
 
-Partial blocks: a TMA box always reads 64 rows; rows past the tile's n belong to the next
-sequence (or are zero past T). They are zeroed in shared memory before any MMA, so a non-finite
-value there never reaches this tile; keys past n get score -inf. Full tiles leave by TMA store;
-a partial tile's rows are stored with masked stores (a 64-row box would overwrite the next
-sequence's gradients).
+Partial blocks: a TMA box reads 64 rows; rows past the tile's n (the next sequence's) are
+zeroed in shared memory before any MMA, keys past n get score -inf, and a partial tile's rows
+leave by masked stores (a 64-row TMA box would overwrite the next sequence's gradients).
 
-Two kernels, the same arithmetic and bits: _bwd_kernel runs one chain per CTA with two input
-stages; _bwd_kernel_ws runs two chains per CTA (two warpgroups under warp_specialize, one stage
+Three kernels, the same arithmetic and bits: _bwd_kernel, one chain per CTA with two input
+stages; _bwd_kernel_ws, two chains per CTA (two warpgroups under warp_specialize, one stage
 each, every buffer reloaded as soon as its last reader is done), so that one chain computes
-while the other waits on its loads. The H200's faster HBM leaves one chain exposed (its compute
-alone takes longer than the memory floor), so there the two-chain kernel is the default at
-D = 128; see chains().
+while the other waits on its loads; _bwd_kernel_lean, one such chain per CTA, small enough for
+three CTAs per SM at D = 64. Which one runs where is measured per GPU (chains(), lean()).
 
-Gluon has no interpreter: off an sm_90 GPU this path never runs (dispatch falls back), and the
-CPU tests compile it ahead of time for sm_90 (tests/kernels/test_gluon_path.py).
+Gluon has no interpreter: off sm_90 dispatch falls back; CPU tests build it for sm_90 ahead of
+time (tests/kernels/test_gluon_path.py).
 """
 
 from __future__ import annotations
@@ -53,6 +46,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     mbarrier,
     tma,
     warpgroup_mma,
+    warpgroup_mma_wait,
 )
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
@@ -169,9 +163,21 @@ def _centred_split(vb, V, start, n, h, stride_vt, stride_vh, lay: gl.constexpr,
     """V (shared) minus its block's first row (read from global memory, an L2 hit), as hi + lo:
     the portable plain kernel's centring, so both form the same operand. Rows >= n (zeroed)
     become -row0: finite, in dP's columns >= n, where P is 0."""
+    return _centred_split_by(vb, _row0(V, start, h, stride_vt, stride_vh, vb.shape[1], lay),
+                             lay, dtype)
+
+
+@gluon.jit
+def _row0(V, start, h, stride_vt, stride_vh, HD: gl.constexpr, lay: gl.constexpr):
+    """The first row of a tile's V block, fp32, from global memory (columns in `lay`)."""
+    cols = gl.arange(0, HD, layout=gl.SliceLayout(0, lay))
+    return gl.load(V + start * stride_vt + h * stride_vh + cols).to(gl.float32)
+
+
+@gluon.jit
+def _centred_split_by(vb, row0, lay: gl.constexpr, dtype: gl.constexpr):
+    """_centred_split with the block's first row already loaded (_row0)."""
     v = _widen(vb.load(lay))
-    cols = gl.arange(0, v.shape[1], layout=gl.SliceLayout(0, lay))
-    row0 = gl.load(V + start * stride_vt + h * stride_vh + cols).to(gl.float32)
     return _split(v - gl.expand_dims(row0, 0), dtype)
 
 
@@ -270,9 +276,8 @@ def _bwd_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, V, D
     pid = gl.program_id(0)
     n_prog = gl.num_programs(0)
     n_my = (n_tiles - pid + n_prog - 1) // n_prog
-    # The table is read one tile ahead of the TMA issue that needs it, so that no issue waits
-    # on a global load; a slot past the real blocks (n = 0) starts at T: its box is all out of
-    # bounds (zeros) and it computes nothing.
+    # The table is read a tile ahead of the TMA issue that needs it (no issue waits on a load);
+    # a slot past the real blocks (n = 0) starts at T: its box is out of bounds, it computes nil
     start, n, h = _tile_at(pid, tile_start, tile_len, H)
     nx_start, nx_n, nx_h = _tile_at(gl.minimum(pid + n_prog, n_tiles - 1), tile_start, tile_len,
                                     H)
@@ -286,6 +291,8 @@ def _bwd_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, V, D
                      bars.index(1 - stage), 1 - stage, q_s, k_s, v_s, do_s, i + 1 < n_my)
         nn_start, nn_n, nn_h = _tile_at(gl.minimum(t + 2 * n_prog, n_tiles - 1), tile_start,
                                         tile_len, H)
+        # V's first row is read before the wait: its latency hides under the TMA's
+        row0 = _row0(V, start, h, stride_vt, stride_vh, HD, r_lay)
         mbarrier.wait(bars.index(stage), (i // 2) & 1)
         if n > 0:
             qb = q_s.index(stage)
@@ -298,39 +305,46 @@ def _bwd_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, V, D
                 _zero_rows(vb, n, r_lay)
                 _zero_rows(dob, n, r_lay)
                 fence_async_shared()
-            # V centred first (its fp32 tile and halves are dead before S is live)
-            vhi, vlo = _centred_split(vb, V, start, n, h, stride_vt, stride_vh, r_lay, dtype)
+            # The MMAs are asynchronous, each accumulator's in the portable kernel's order (the
+            # same bits): S runs while V is centred, dV while dS is split, dK while dQ is stored.
+            zs = gl.zeros([BM, BM], gl.float32, s_lay)
+            sc = warpgroup_mma(qb, kb.permute((1, 0)), zs, use_acc=False, is_async=True)
+            vhi, vlo = _centred_split_by(vb, row0, r_lay, dtype)
             tma.store_wait(pendings=0)  # the last tile's gradients have left vc_s and dv_s
             vc_s.index(0).store(vhi)
             vc_s.index(1).store(vlo)
             fence_async_shared()
-            zs = gl.zeros([BM, BM], gl.float32, s_lay)
-            sc = warpgroup_mma(qb, kb.permute((1, 0)), zs, use_acc=False)
-            dp = warpgroup_mma(dob, vc_s.index(1).permute((1, 0)), zs, use_acc=False)
-            dp = warpgroup_mma(dob, vc_s.index(0).permute((1, 0)), dp)
+            dp = warpgroup_mma(dob, vc_s.index(1).permute((1, 0)), zs, use_acc=False,
+                               is_async=True)
+            dp = warpgroup_mma(dob, vc_s.index(0).permute((1, 0)), dp, is_async=True)
+            sc, dp = warpgroup_mma_wait(0, deps=[sc, dp])
             p, dpd = _probs_and_ds(sc, dp, n, qk_scale, s_lay)  # dS = p (dP - Di)
             ds_a, ds_b, dscale = _ds_factors(p, dpd, sm_scale, IS_BF16)
             phi, plo = _split(p, dtype)
             pd_s.index(0).store(phi)
             pd_s.index(1).store(plo)
             fence_async_shared()
-            # each gradient goes to shared memory as soon as it is complete (its staging
-            # buffer for the TMA store): kept in registers until the end they cost 120 B of
-            # spills at D = 128 (ptxas, sm_90). The lo halves go first, as in the portable
-            # kernel's _mma_split: the same sums in the same order.
+            # each gradient goes to shared memory (its TMA store's staging buffer) once complete:
+            # held to the end they spilled 120 B at D = 128. The lo halves go first, as in the
+            # portable kernel's _mma_split: the same sums in the same order.
             zo = gl.zeros([BM, HD], gl.float32, o_lay)
-            dv = warpgroup_mma(pd_s.index(1).permute((1, 0)), dob, zo, use_acc=False)
-            dv_s.store(warpgroup_mma(pd_s.index(0).permute((1, 0)), dob, dv).to(dtype))
-            # dS takes P's buffers once dV is done (the MMAs are synchronous): 16 KB less, so
-            # two CTAs fit per SM at D = 64
+            dv = warpgroup_mma(pd_s.index(1).permute((1, 0)), dob, zo, use_acc=False,
+                               is_async=True)
+            dv = warpgroup_mma(pd_s.index(0).permute((1, 0)), dob, dv, is_async=True)
             dshi, dslo = _split_product(ds_a, ds_b, dtype)
-            pd_s.index(0).store(dshi)
+            dv = warpgroup_mma_wait(0, deps=[dv])
+            dv_s.store(dv.to(dtype))
+            pd_s.index(0).store(dshi)  # P's buffers, free once dV is done: 16 KB less
             pd_s.index(1).store(dslo)
             fence_async_shared()
-            dq = warpgroup_mma(pd_s.index(1), kb, zo, use_acc=False)
-            vc_s.index(0).store((warpgroup_mma(pd_s.index(0), kb, dq) * dscale).to(dtype))
-            dk = warpgroup_mma(pd_s.index(1).permute((1, 0)), qb, zo, use_acc=False)
-            dk = warpgroup_mma(pd_s.index(0).permute((1, 0)), qb, dk)
+            dq = warpgroup_mma(pd_s.index(1), kb, zo, use_acc=False, is_async=True)
+            dq = warpgroup_mma(pd_s.index(0), kb, dq, is_async=True)
+            dk = warpgroup_mma(pd_s.index(1).permute((1, 0)), qb, zo, use_acc=False,
+                               is_async=True)
+            dk = warpgroup_mma(pd_s.index(0).permute((1, 0)), qb, dk, is_async=True)
+            dq = warpgroup_mma_wait(2, deps=[dq])
+            vc_s.index(0).store((dq * dscale).to(dtype))
+            dk = warpgroup_mma_wait(0, deps=[dk])
             vc_s.index(1).store((dk * dscale).to(dtype))
             if n == BM:
                 fence_async_shared()
@@ -375,7 +389,7 @@ def _consumer(C: gl.constexpr, q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc
               DQ, DK, DV, tile_start, tile_len, n_tiles, stride_vt, stride_vh, stride_dqt,
               stride_dqh, stride_dkt, stride_dkh, stride_dvt, stride_dvh, qk_scale, sm_scale,
               q_s, k_s, v_s, do_s, x_s, y_s, pd_s, bars, H: gl.constexpr,
-              IS_BF16: gl.constexpr, NW: gl.constexpr):
+              IS_BF16: gl.constexpr, NW: gl.constexpr, CHAINS: gl.constexpr = 2):
     """One chain of the two-chain kernel: tiles vp, vp + n_vp, ... (vp = 2 * program + C) in
     one stage of shared memory, the arithmetic _bwd_kernel's, MMA for MMA. Each input buffer
     takes the next tile's load as soon as its last reader is done: V once it is centred (its
@@ -388,8 +402,8 @@ def _consumer(C: gl.constexpr, q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc
     s_lay: gl.constexpr = mma_layout(BM, NW)
     o_lay: gl.constexpr = mma_layout(HD, NW)
     r_lay: gl.constexpr = row_layout(NW)
-    vp = 2 * gl.program_id(0) + C
-    n_vp = 2 * gl.num_programs(0)
+    vp = CHAINS * gl.program_id(0) + C
+    n_vp = CHAINS * gl.num_programs(0)
     n_my = (n_tiles - vp + n_vp - 1) // n_vp
     start, n, h = _tile_at(gl.minimum(vp, n_tiles - 1), tile_start, tile_len, H)
     nx_start, nx_n, nx_h = _tile_at(gl.minimum(vp + n_vp, n_tiles - 1), tile_start, tile_len, H)
@@ -429,14 +443,15 @@ def _consumer(C: gl.constexpr, q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc
             mbarrier.expect(bar_vo, 2 * v_desc.block_type.nbytes, pred=more)
             tma.async_copy_global_to_shared(v_desc, [nrow, nx_h * HD], bar_vo, vb, more)
             zs = gl.zeros([BM, BM], gl.float32, s_lay)
-            dp = warpgroup_mma(dob, yb.permute((1, 0)), zs, use_acc=False)
-            dp = warpgroup_mma(dob, xb.permute((1, 0)), dp)
+            dp = warpgroup_mma(dob, yb.permute((1, 0)), zs, use_acc=False, is_async=True)
+            dp = warpgroup_mma(dob, xb.permute((1, 0)), dp, is_async=True)
             mbarrier.wait(bar_qk, i & 1)
             if n < BM:
                 _zero_rows(qb, n, r_lay)
                 _zero_rows(kb, n, r_lay)
                 fence_async_shared()
-            sc = warpgroup_mma(qb, kb.permute((1, 0)), zs, use_acc=False)
+            sc = warpgroup_mma(qb, kb.permute((1, 0)), zs, use_acc=False, is_async=True)
+            dp, sc = warpgroup_mma_wait(0, deps=[dp, sc])
             p, dpd = _probs_and_ds(sc, dp, n, qk_scale, s_lay)  # dS = p (dP - Di)
             ds_a, ds_b, dscale = _ds_factors(p, dpd, sm_scale, IS_BF16)
             phi, plo = _split(p, dtype)
@@ -444,26 +459,28 @@ def _consumer(C: gl.constexpr, q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc
             lo_s.store(plo)
             fence_async_shared()
             zo = gl.zeros([BM, HD], gl.float32, o_lay)
-            dv = warpgroup_mma(lo_s.permute((1, 0)), dob, zo, use_acc=False)
-            dv = warpgroup_mma(hi_s.permute((1, 0)), dob, dv)
-            # dS is split before _put's branch: in one basic block with dS's product, as in
-            # _bwd_kernel, the compiler fuses fp16's lo = dS - hi into one fma (32 FFMAs per
-            # thread); split after it, it does not, and dQ and dK lose bitwise equality (bf16
-            # writes that fma itself: _split_product)
+            dv = warpgroup_mma(lo_s.permute((1, 0)), dob, zo, use_acc=False, is_async=True)
+            dv = warpgroup_mma(hi_s.permute((1, 0)), dob, dv, is_async=True)
+            # dS is split before _put's branch (under dV's MMAs): in one basic block with dS's
+            # product the compiler fuses fp16's lo = dS - hi into one fma, as in _bwd_kernel;
+            # after it, not, and dQ, dK lose bitwise equality (bf16: _split_product's own fma)
             dshi, dslo = _split_product(ds_a, ds_b, dtype)
+            dv = warpgroup_mma_wait(0, deps=[dv])
             tma.async_copy_global_to_shared(do_desc, [nrow, nx_h * HD], bar_vo, dob, more)
             _put(dv.to(dtype), xb, dv_desc, DV, start, n, h, stride_dvt, stride_dvh, r_lay)
             hi_s.store(dshi)
             lo_s.store(dslo)
             fence_async_shared()
-            dq = warpgroup_mma(lo_s, kb, zo, use_acc=False)
-            dq = warpgroup_mma(hi_s, kb, dq)
+            dq = warpgroup_mma(lo_s, kb, zo, use_acc=False, is_async=True)
+            dq = warpgroup_mma(hi_s, kb, dq, is_async=True)
+            dk = warpgroup_mma(lo_s.permute((1, 0)), qb, zo, use_acc=False, is_async=True)
+            dk = warpgroup_mma(hi_s.permute((1, 0)), qb, dk, is_async=True)
+            dq = warpgroup_mma_wait(2, deps=[dq])
             mbarrier.expect(bar_qk, 2 * k_desc.block_type.nbytes, pred=more)
             tma.async_copy_global_to_shared(k_desc, [nrow, nx_h * HD], bar_qk, kb, more)
             _put((dq * dscale).to(dtype), yb, dq_desc, DQ, start, n, h, stride_dqt, stride_dqh,
                  r_lay)
-            dk = warpgroup_mma(lo_s.permute((1, 0)), qb, zo, use_acc=False)
-            dk = warpgroup_mma(hi_s.permute((1, 0)), qb, dk)
+            dk = warpgroup_mma_wait(0, deps=[dk])
             tma.async_copy_global_to_shared(q_desc, [nrow, nx_h * HD], bar_qk, qb, more)
             tma.store_wait(pendings=1)  # dV's store has read X
             _put((dk * dscale).to(dtype), xb, dk_desc, DK, start, n, h, stride_dkt, stride_dkh,
@@ -515,33 +532,56 @@ def _bwd_kernel_ws(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, V
         mbarrier.invalidate(bars.index(i))
 
 
+@gluon.jit
+def _bwd_kernel_lean(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, V, DQ, DK, DV,
+                     tile_start, tile_len, n_tiles, stride_vt, stride_vh, stride_dqt,
+                     stride_dqh, stride_dkt, stride_dkh, stride_dvt, stride_dvh, qk_scale,
+                     sm_scale, H: gl.constexpr, IS_BF16: gl.constexpr,
+                     num_warps: gl.constexpr):
+    """One chain of _consumer per CTA in 64 KB at D = 64 (one stage, each buffer reloaded as
+    soon as its last reader is done), so that three CTAs fit per SM."""
+    BM: gl.constexpr = q_desc.block_type.shape[0]
+    HD: gl.constexpr = q_desc.block_type.shape[1]
+    dtype: gl.constexpr = q_desc.dtype
+    lay: gl.constexpr = q_desc.layout
+    q_s = gl.allocate_shared_memory(dtype, [1, BM, HD], lay)
+    k_s = gl.allocate_shared_memory(dtype, [1, BM, HD], lay)
+    v_s = gl.allocate_shared_memory(dtype, [1, BM, HD], lay)
+    do_s = gl.allocate_shared_memory(dtype, [1, BM, HD], lay)
+    x_s = gl.allocate_shared_memory(dtype, [1, BM, HD], lay)
+    y_s = gl.allocate_shared_memory(dtype, [1, BM, HD], lay)
+    pp_lay: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BM, BM], dtype)
+    pd_s = gl.allocate_shared_memory(dtype, [2, BM, BM], pp_lay)
+    bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(2):
+        mbarrier.init(bars.index(i), count=1)
+    _consumer(0, q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, V, DQ, DK, DV,
+              tile_start, tile_len, n_tiles, stride_vt, stride_vh, stride_dqt, stride_dqh,
+              stride_dkt, stride_dkh, stride_dvt, stride_dvh, qk_scale, sm_scale, q_s, k_s,
+              v_s, do_s, x_s, y_s, pd_s, bars, H, IS_BF16, num_warps, 1)
+    for i in gl.static_range(2):
+        mbarrier.invalidate(bars.index(i))
+
+
 # ----------------------------------------------------------------------------- eligibility
 
 
-# Head dims this path is the default for under BLOCKATTN_KERNEL_PATH=auto, with the programs
-# per SM of each: entered only where a same-run device measurement showed it faster than the
-# portable backward at shape P. H100, benchmarks/ab_gluon.py (results/h100_2026-11-25c/ab):
-#   D = 128: bf16 3.667 vs 4.225 ms (91.2 vs 79.2 % of the copy ceiling), fp16 3.792 vs 4.162;
-#            at 2 CTAs per SM (one input stage's worth of smem each way) 3.695: 1 it is;
-#   D = 64:  bf16 1.948 vs 1.856 ms, fp16 1.889 vs 1.786 (2 CTAs per SM; 1 is 2.42): slower,
-#            so D = 64 stays on the portable kernel (BLOCKATTN_KERNEL_PATH=gluon selects it).
-CONFIGS: dict[int, int] = {128: 1}
-# Per GPU (a substring of torch.cuda.get_device_name), over CONFIGS. H200, same script
-# (results/h200_2026-11-25c): D = 128 bf16 3.531 vs 3.735 ms, fp16 3.640 vs 3.715; D = 64
-# bf16 1.648 vs 1.762 (and 1.610 vs 1.738 in a second run), fp16 1.709 vs 1.742: faster there.
+# Each entry is a same-run measurement at shape P (docs/design.md, "The Gluon kernels"). Head
+# dims this path is the default for under BLOCKATTN_KERNEL_PATH=auto, with programs per SM:
+CONFIGS: dict[int, int] = {128: 1}  # the H100's D = 64 was slower than portable
+# Per GPU (a substring of torch.cuda.get_device_name), over CONFIGS
 GPU_CONFIGS: dict[str, dict[int, int]] = {"H200": {64: 2}}
 HEAD_DIMS = (64, 128)  # what the kernel compiles for (shared memory: 192 KB at D = 128)
 PROGRAMS_PER_SM = {64: 2, 128: 1}  # launch default (CONFIGS overrides where it names the dim)
-# Chains per CTA, per GPU (a substring of torch.cuda.get_device_name), over the head dims the
-# path takes: 1 = _bwd_kernel (the default), 2 = _bwd_kernel_ws (two warpgroups, one stage each;
-# 1 CTA per SM: 8 warps at 255 registers fill it). Same-run measurements, shape P, bf16:
-# - H200, benchmarks/probe_chains.py (results/h200_2026-11-25d): D = 128 2.768 vs 3.549 ms
-#   (86.0 vs 67.0 % of the copy ceiling; compute-only 2.203 vs 3.505); D = 64 1.762 vs 1.607
-#   (two CTAs of one chain): D = 64 keeps one chain;
-# - H100, benchmarks/ab_gluon.py --chains 2 (results/h100_2026-11-25d): D = 128 3.722 vs 3.641
-#   ms, fp16 3.729 vs 3.731 (the H100 is at its memory floor with one chain): one chain.
+# Chains per CTA, per GPU: 1 = _bwd_kernel, 2 = _bwd_kernel_ws (two warpgroups, one stage
+# each; 8 warps at 255 registers fill the SM)
 GPU_CHAINS: dict[str, dict[int, int]] = {"H200": {128: 2}}
 WORKER_REGS = 248  # setmaxnreg of the second warpgroup (the default one keeps 255)
+# Where one chain runs as _bwd_kernel_lean (one stage: 64 KB at D = 64) instead of
+# _bwd_kernel, per GPU; LEAN_CONFIGS: {head dim: (CTAs per SM, register cap)}: three CTAs of
+# 128 threads fit under 168 registers (65,536 / 384, rounded down to ptxas' 8).
+GPU_LEAN: dict[str, tuple[int, ...]] = {"H200": (64,)}
+LEAN_CONFIGS: dict[int, tuple[int, int | None]] = {64: (3, 168), 128: (2, None)}
 
 
 def unsupported(q: Tensor, sinu_pos: Tensor | None, block_size: int, centred: bool) -> str | None:
@@ -582,12 +622,28 @@ def chains(device: torch.device) -> dict[int, int]:
     """{head dim: chains per CTA} where the two-chain kernel is the default on `device`;
     BLOCKATTN_GLUON_CHAINS=1|2 sets it for every head dim (the mutants and tests of the
     two-chain kernel on a GPU where it is not the default)."""
-    forced = os.environ.get("BLOCKATTN_GLUON_CHAINS", "")
+    forced = _forced()
     if forced:
-        if forced not in ("1", "2"):
-            raise ValueError(f"BLOCKATTN_GLUON_CHAINS={forced!r}: expected 1 or 2")
-        return dict.fromkeys(HEAD_DIMS, int(forced))
+        return dict.fromkeys(HEAD_DIMS, 2 if forced == "2" else 1)
     return _per_gpu(device, {}, GPU_CHAINS)
+
+
+def _forced() -> str:
+    forced = os.environ.get("BLOCKATTN_GLUON_CHAINS", "")
+    if forced not in ("", "1", "2", "lean"):
+        raise ValueError(f"BLOCKATTN_GLUON_CHAINS={forced!r}: expected 1, 2 or lean")
+    return forced
+
+
+def lean(device: torch.device) -> tuple[int, ...]:
+    """The head dims where one chain runs as _bwd_kernel_lean on `device`."""
+    forced = _forced()
+    if forced:
+        return HEAD_DIMS if forced == "lean" else ()
+    if device.type != "cuda":
+        return ()
+    name = _device_name(device.index if device.index is not None else torch.cuda.current_device())
+    return tuple(d for key, dims in GPU_LEAN.items() if key in name for d in dims)
 
 
 def configs(device: torch.device) -> dict[int, int]:
@@ -618,9 +674,9 @@ def launch_operands(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor,
 
 def launch_bwd(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor,
                grads: tuple[Tensor, Tensor, Tensor], table: TileTable,
-               scale: float, n_chains: int | None = None) -> tuple[Tensor, Tensor, Tensor]:
+               scale: float, n_chains: int | str | None = None) -> tuple[Tensor, Tensor, Tensor]:
     """(dq, dk, dv) into `grads`; inputs are eligible (see dispatch.gluon_bwd). `n_chains`
-    (1 or 2) overrides chains(device), the measured default."""
+    (1, 2 or "lean") overrides chains(device) and lean(device), the measured defaults."""
     T, H, D = q.shape
     n_tiles = table.n_slots * H
     if n_tiles == 0 or T == 0:  # nothing to write (a TMA box needs rows)
@@ -632,6 +688,10 @@ def launch_bwd(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor,
     if (n_chains if n_chains is not None else chains(q.device).get(D, 1)) == 2:
         grid = min((n_tiles + 1) // 2, sms)
         _bwd_kernel_ws[(grid,)](*args, H=H, IS_BF16=bf16, WORKER_REGS=WORKER_REGS, num_warps=4)
+    elif n_chains == "lean" or (n_chains is None and D in lean(q.device)):
+        per_sm, cap = LEAN_CONFIGS[D]
+        _bwd_kernel_lean[(min(n_tiles, sms * per_sm),)](
+            *args, H=H, IS_BF16=bf16, num_warps=4, **({"maxnreg": cap} if cap else {}))
     else:
         grid = min(n_tiles, sms * configs(q.device).get(D, PROGRAMS_PER_SM[D]))
         _bwd_kernel[(grid,)](*args, H=H, IS_BF16=bf16, num_warps=4)

@@ -66,8 +66,9 @@ ROTARY_MODES = ("off", "rot", "rot-qk")
 # (attention_gluon_rotary._bwd_rot_kernel), and the fused-rotary forward
 # (attention_gluon_rotary_fwd); gluon2: the plain two-chain kernel (_bwd_kernel_ws); gfast: the
 # fast precision mode's Gluon kernels (attention_gluon_rotary_fast: rotary forward, rotary and
-# plain backward), the sm_90 default of precision="fast"
-PATHS = ("portable", "hopper", "gluon", "gluon2", "gfast")
+# plain backward), the sm_90 default of precision="fast"; gluon-lean: the plain one-stage kernel
+# (_bwd_kernel_lean) at its LEAN_CONFIGS' CTAs per SM and register cap
+PATHS = ("portable", "hopper", "gluon", "gluon2", "gfast", "gluon-lean")
 TMA_OPCODE = "cp.async.bulk.tensor"
 TARGETS = {"sm_90": 90, "sm_100": 100}
 MMA_OPCODE = {90: "wgmma.mma_async", 100: "tcgen05.mma"}
@@ -138,7 +139,7 @@ def all_variants() -> list[Variant]:
         and not (p == "gfast" and k == "fwd" and r == "off")  # the plain fast fwd: portable
         # the Gluon forward is the fused-rotary one only (attention_gluon_rotary_fwd)
         and not (p.startswith("gluon") and k == "fwd" and (p == "gluon2" or r == "off"))
-        and not (p == "gluon2" and r != "off")  # fused rotary: one chain per CTA
+        and not (p in ("gluon2", "gluon-lean") and (r != "off" or k == "fwd"))  # plain bwd only
     ]
 
 
@@ -365,11 +366,12 @@ def _compile_gluon(variant: Variant, target: str, res: Result,
 
     two = variant.path == "gluon2"
     fast = variant.path == "gfast"
+    lean = variant.path == "gluon-lean"
     rotary = variant.rotary != "off"
     fwd = variant.kernel == "fwd"
     fn = (GF._fwd_fast_kernel if fast and fwd else GF._bwd_fast_kernel if fast
           else GRF._fwd_rot_kernel if fwd else GR._bwd_rot_kernel if rotary
-          else G._bwd_kernel_ws if two else G._bwd_kernel)
+          else G._bwd_kernel_ws if two else G._bwd_kernel_lean if lean else G._bwd_kernel)
     gdt = {"bf16": gl.bfloat16, "fp16": gl.float16}[variant.dtype]
     lay = gl.NVMMASharedLayout.get_default_for([G.BLOCK, variant.head_dim], gdt)
     signature: dict[str, str] = {}
@@ -412,7 +414,8 @@ def _compile_gluon(variant: Variant, target: str, res: Result,
     options: dict[str, Any] = {"num_warps": num_warps}
     fast_ctas, fast_cap = GF.CONFIGS.get((variant.kernel, rotary, variant.head_dim), (2, None))
     caps = ({variant.head_dim: fast_cap} if fast and fast_cap else {} if fast
-            else GRF.MAX_REGISTERS if fwd else GR.MAX_REGISTERS if rotary else {})
+            else GRF.MAX_REGISTERS if fwd else GR.MAX_REGISTERS if rotary
+            else {d: cap for d, (_, cap) in G.LEAN_CONFIGS.items() if cap} if lean else {})
     if variant.head_dim in caps:  # the launch's register cap
         options["maxnreg"] = caps[variant.head_dim]
     kernel = _build(src, TARGETS[target], options, res, overrides)
@@ -434,7 +437,8 @@ def _compile_gluon(variant: Variant, target: str, res: Result,
                             f"({res.registers} registers; accepted: {res.accepted_spill_bytes} B)")
     if res.smem + res.static_smem > MAX_SMEM_PER_CTA:
         res.failures.append(f"shared memory {res.smem} B > {MAX_SMEM_PER_CTA} B per CTA")
-    want = (fast_ctas if fast else 1 if two else GRF.PROGRAMS_PER_SM[variant.head_dim] if fwd
+    want = (fast_ctas if fast else 1 if two else G.LEAN_CONFIGS[variant.head_dim][0] if lean
+            else GRF.PROGRAMS_PER_SM[variant.head_dim] if fwd
             else GR.PROGRAMS_PER_SM[variant.head_dim] if rotary
             else G.PROGRAMS_PER_SM[variant.head_dim])
     if res.ctas_per_sm < want:

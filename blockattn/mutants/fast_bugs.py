@@ -9,7 +9,8 @@ outside the accurate one) as what must kill it. Group "precision" (the catalog's
 - One more input-dtype rounding than the model has: P in Di and dS (`P_bwd`), or the fp32 dP
   (`dP`) - both sit only in the fast (SPLIT off) path, which fp32 inputs share with no effect;
   near-constant V makes dP - Di cancel and shows them.
-- The same on the Gluon fast backward (sm_90 only: "not run" elsewhere).
+- The same on the Gluon fast backward (sm_90 only: "not run" elsewhere), and its slot-major
+  tile order walking one head per slot.
 """
 
 from __future__ import annotations
@@ -70,6 +71,17 @@ FAST: tuple[Mutant, ...] = (
         "dp = dp.to(dtype).to(gl.float32)\n"
         "            ds = p * (dp - gl.expand_dims(gl.sum(p * dp, axis=1), 1))",
         "Gluon fast backward: the fp32 dP rounded to the input dtype before Di and dS",
+        tests=FAST_TESTS,
+        needs_sm90=True,
+    ),
+    Mutant(
+        "gluon-fast-slot-major-one-head",
+        _G,
+        GLUON_FAST,
+        "n_my = ((n_tiles // S - vp + n_vp - 1) // n_vp) * S",
+        "n_my = (n_tiles // S - vp + n_vp - 1) // n_vp",
+        "Gluon fast rotary backward: a program walks its slots' first head only (the slot-major "
+        "tile order's count not multiplied by H): the other heads' gradients are never written",
         tests=FAST_TESTS,
         needs_sm90=True,
     ),

@@ -11,6 +11,7 @@ from blockattn.mutants.mutant import (
     GLUON,
     GLUON_CHAINS_1,
     GLUON_CHAINS_2,
+    GLUON_LEAN,
     GLUON_ROTARY,
     GLUON_ROTARY_FWD,
     GLUON_ROTARY_TESTS,
@@ -377,8 +378,8 @@ CORE: tuple[Mutant, ...] = (
         "gluon2-second-chain-repeats-first",
         "core",
         GLUON,
-        "    vp = 2 * gl.program_id(0) + C\n",
-        "    vp = 2 * gl.program_id(0)\n",
+        "    vp = CHAINS * gl.program_id(0) + C\n",
+        "    vp = CHAINS * gl.program_id(0)\n",
         "Gluon two-chain kernel: the worker warpgroup walks the default one's tiles, so every "
         "other tile's gradients are never written",
         env=PREFER_GLUON + GLUON_CHAINS_2,
@@ -394,6 +395,18 @@ CORE: tuple[Mutant, ...] = (
         "Gluon two-chain kernel: each chain reads the tile table one tile late (its second "
         "tile computed twice, its last never); killed by the path's many-tile test",
         env=PREFER_GLUON + GLUON_CHAINS_2,
+        needs_sm90=True,
+        tests=("tests/kernels/test_gluon_path.py::test_gluon_persistent_loop_many_tiles",),
+    ),
+    Mutant(
+        "gluon-lean-walks-two-chains",
+        "core",
+        GLUON,
+        "v_s, do_s, x_s, y_s, pd_s, bars, H, IS_BF16, num_warps, 1)",
+        "v_s, do_s, x_s, y_s, pd_s, bars, H, IS_BF16, num_warps, 2)",
+        "Gluon one-stage kernel: its chain strides as if a second one shared the CTA, so half "
+        "the tiles' gradients are never written",
+        env=PREFER_GLUON + GLUON_LEAN,
         needs_sm90=True,
         tests=("tests/kernels/test_gluon_path.py::test_gluon_persistent_loop_many_tiles",),
     ),

@@ -33,7 +33,8 @@ def test_variant_matrix_is_complete() -> None:
     # fused-rotary kernels (one chain, backward and forward) with and without rotate_v
     assert len(names) == len(set(names)) == (2 * 3 * 2 * 3 + 2 * 2 * 2 * 3 + 2 * 2 * 2
                                              + 2 * 2 * 2 * 2
-                                             + 2 * 2 * 2 + 2 * 2 * 3)  # gfast: fast mode
+                                             + 2 * 2 * 2 + 2 * 2 * 3  # gfast: fast mode
+                                             + 2 * 2)  # gluon-lean: the one-stage plain bwd
     assert "fwd-bf16-d128-rot-gfast" in names and "fwd-bf16-d128-off-gfast" not in names
     assert "fwd-bf16-d128-rot-gluon" in names and "fwd-bf16-d128-rot-gluon2" not in names
     assert "bwd-fp32-d64-rot-qk" in names
@@ -41,6 +42,7 @@ def test_variant_matrix_is_complete() -> None:
     assert "bwd-fp16-d64-off-gluon" in names and "fwd-bf16-d64-off-gluon" not in names
     assert "bwd-bf16-d64-rot-gluon" in names and "bwd-bf16-d64-rot-gluon2" not in names
     assert "bwd-bf16-d128-off-gluon2" in names and "bwd-bf16-d128-rot-qk-gluon" in names
+    assert "bwd-bf16-d64-off-gluon-lean" in names and "bwd-bf16-d64-rot-gluon-lean" not in names
 
 
 def test_hopper_variants_build_with_tma_on_sm90_only() -> None:
@@ -149,18 +151,18 @@ def test_placed_d64_rotary_variants_spill_free() -> None:
 def test_full_matrix_passes() -> None:
     results = cc.run_check(cc.all_variants(), jobs=os.cpu_count())
     # portable: fp32's 12 variants are not built for sm_100; Hopper path: 24 variants, sm_90 only;
-    # Gluon path: 4 plain variants per chain count and 8 fused-rotary one-chain ones per kernel
-    # (bwd, fwd), sm_90 only
-    assert len(results) == 72 - 12 + 24 + 24
+    # Gluon path: 4 plain variants per kernel (one chain, two chains, one stage) and 8
+    # fused-rotary one-chain ones per kernel (bwd, fwd); the fast mode's 20; all sm_90 only
+    assert len(results) == 72 - 12 + 24 + 3 * 4 + 2 * 8 + 20
     bad = [f"{r.variant} {r.target}: {r.error or '; '.join(r.failures)}" for r in results
            if not r.ok]
     assert not bad, "\n".join(bad)
 
 
 def test_gluon_builds_spill_free() -> None:
-    """Every Gluon build (the backward: plain one and two chains, fused rotary with and without
-    rotate_v; the fused-rotary forward; bf16 and fp16, D = 64 and 128) spills 0 B on sm_90 with
-    no budget, and fits the CTAs per SM its launch puts: the rotary backward's
+    """Every Gluon build (the backward: plain one and two chains and one stage, fused rotary
+    with and without rotate_v; the fused-rotary forward; bf16 and fp16, D = 64 and 128) spills
+    0 B on sm_90 with no budget, and fits the CTAs per SM its launch puts: the rotary backward's
     D = 128 builds spilled 4-40 B until their hoisted row offsets and dV's rotate-back were
     moved (attention_gluon_rotary.ACCEPTED_SPILL_BYTES). A kernel edit that brings spills back
     fails here on CPU, before a GPU run."""
@@ -168,7 +170,7 @@ def test_gluon_builds_spill_free() -> None:
 
     assert GR.ACCEPTED_SPILL_BYTES == {}
     results = cc.run_check(cc.select_variants("*-gluon*"), targets=["sm_90"], jobs=2)
-    assert len(results) == 24
+    assert len(results) == 28
     for r in results:
         assert r.error is None, f"{r.variant}: {r.error}"
         assert (r.spill_stores, r.spill_loads, r.accepted_spill_bytes) == (0, 0, 0), r

@@ -39,16 +39,18 @@ gpu_only = pytest.mark.skipif(not ON_SM90, reason="the Gluon path runs on sm_90 
 # slow tier only, so CI does not compile them twice.
 @pytest.mark.slow
 def test_gluon_builds_for_sm90_without_spills() -> None:
-    variants = compile_check.select_variants("bwd-*-off-gluon,bwd-*-off-gluon2")
+    variants = compile_check.select_variants("bwd-*-off-gluon,bwd-*-off-gluon2,"
+                                             "bwd-*-off-gluon-lean")
     assert {v.name for v in variants} == {f"bwd-{dt}-d{d}-off-gluon{c}" for dt in ("bf16", "fp16")
-                                          for d in (64, 128) for c in ("", "2")}
+                                          for d in (64, 128) for c in ("", "2", "-lean")}
     results = compile_check.run_check(variants, ["sm_90"], jobs=2)
     for r in results:
         assert r.ok, f"{r.variant}: {r.error or r.failures}"
         assert r.spill_stores == 0 and r.spill_loads == 0, r.variant
         assert r.mma_counts[compile_check.TMA_OPCODE] > 0, r.variant
-        want = 1 if r.variant.endswith("2") else G.PROGRAMS_PER_SM[
-            int(r.variant.split("-d")[1].split("-")[0])]
+        d = int(r.variant.split("-d")[1].split("-")[0])
+        want = (1 if r.variant.endswith("2") else G.LEAN_CONFIGS[d][0]
+                if r.variant.endswith("-lean") else G.PROGRAMS_PER_SM[d])
         assert r.ctas_per_sm >= want, r.variant
 
 
@@ -56,12 +58,17 @@ def test_gluon_chains_knob(monkeypatch) -> None:
     cpu = torch.device("cpu")
     monkeypatch.delenv("BLOCKATTN_GLUON_CHAINS", raising=False)
     assert G.chains(cpu) == {}  # off a GPU: no measured default
+    assert G.lean(cpu) == ()
     for n in (1, 2):
         monkeypatch.setenv("BLOCKATTN_GLUON_CHAINS", str(n))
         assert G.chains(cpu) == dict.fromkeys(G.HEAD_DIMS, n)
+        assert G.lean(cpu) == ()
+    monkeypatch.setenv("BLOCKATTN_GLUON_CHAINS", "lean")  # one chain, one stage: every head dim
+    assert G.chains(cpu) == dict.fromkeys(G.HEAD_DIMS, 1) and G.lean(cpu) == G.HEAD_DIMS
     monkeypatch.setenv("BLOCKATTN_GLUON_CHAINS", "3")
-    with pytest.raises(ValueError, match="BLOCKATTN_GLUON_CHAINS='3'"):
-        G.chains(cpu)
+    for knob in (G.chains, G.lean):
+        with pytest.raises(ValueError, match="BLOCKATTN_GLUON_CHAINS='3'"):
+            knob(cpu)
 
 
 def _meta(D: int = 128, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
@@ -182,13 +189,13 @@ def _inputs(D: int, dtype: torch.dtype, lengths: list[int], seed: int):
     return q, k, v, do, off
 
 
-def _gluon(q, k, v, do, off, chains: int | None = None) -> tuple[torch.Tensor, ...]:
+def _gluon(q, k, v, do, off, chains: int | str | None = None) -> tuple[torch.Tensor, ...]:
     grads = tuple(torch.full_like(q, float("nan")) for _ in range(3))
     table = build_tile_table(off, q.shape[0], 64)
     return G.launch_bwd(q, k, v, do, grads, table, q.shape[2] ** -0.5, n_chains=chains)
 
 
-CHAINS = pytest.mark.parametrize("chains", [1, 2], ids=["1-chain", "2-chains"])
+CHAINS = pytest.mark.parametrize("chains", [1, 2, "lean"], ids=["1-chain", "2-chains", "lean"])
 
 
 @gpu_only
