@@ -78,9 +78,10 @@ def gluon_bwd(q: Tensor, sinu_pos: Tensor | None, block_size: int, centred: bool
     forward then takes its own default); prefer-gluon takes it wherever it can run (what runs
     the whole suite against it). Unset or "auto" takes it on sm_90 for the head dims in
     attention_gluon.configs() (CONFIGS and GPU_CONFIGS: entered where the device measured it
-    faster) wherever it can run; attention_gluon.chains() then picks its one- or two-chain
-    kernel (BLOCKATTN_GLUON_CHAINS overrides). A fused-rotary backward goes to
-    attention_gluon_rotary instead, by default for the dtypes and head dims in its CONFIGS.
+    faster) wherever it can run; attention_gluon.chains() and lean() then pick its one-chain,
+    two-chain or one-stage kernel (BLOCKATTN_GLUON_CHAINS overrides). A fused-rotary backward
+    goes to attention_gluon_rotary instead, by default for the dtypes and head dims in its
+    CONFIGS.
     Gluon has no interpreter: under TRITON_INTERPRET=1 it never runs (forced: an error).
     """
     want = _wanted()
