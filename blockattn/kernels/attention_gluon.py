@@ -160,11 +160,10 @@ def _split_product(a, b, dtype: gl.constexpr):
 @gluon.jit
 def _centred_split(vb, V, start, n, h, stride_vt, stride_vh, lay: gl.constexpr,
                    dtype: gl.constexpr):
-    """V (shared) minus its block's first row (read from global memory, an L2 hit), as hi + lo:
-    the portable plain kernel's centring, so both form the same operand. Rows >= n (zeroed)
-    become -row0: finite, in dP's columns >= n, where P is 0."""
-    return _centred_split_by(vb, _row0(V, start, h, stride_vt, stride_vh, vb.shape[1], lay),
-                             lay, dtype)
+    """V (shared) minus its block's first row (global, an L2 hit) as hi + lo: the portable
+    kernel's centring. Rows >= n (zeroed) become -row0: finite, in dP's columns where P is 0."""
+    HD: gl.constexpr = vb.shape[1]
+    return _centred_split_by(vb, _row0(V, start, h, stride_vt, stride_vh, HD, lay), lay, dtype)
 
 
 @gluon.jit
@@ -569,8 +568,7 @@ def _bwd_kernel_lean(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc,
 # Each entry is a same-run measurement at shape P (docs/design.md, "The Gluon kernels"). Head
 # dims this path is the default for under BLOCKATTN_KERNEL_PATH=auto, with programs per SM:
 CONFIGS: dict[int, int] = {128: 1}  # the H100's D = 64 was slower than portable
-# Per GPU (a substring of torch.cuda.get_device_name), over CONFIGS
-GPU_CONFIGS: dict[str, dict[int, int]] = {"H200": {64: 2}}
+GPU_CONFIGS: dict[str, dict[int, int]] = {"H200": {64: 2}}  # per GPU name substring, over CONFIGS
 HEAD_DIMS = (64, 128)  # what the kernel compiles for (shared memory: 192 KB at D = 128)
 PROGRAMS_PER_SM = {64: 2, 128: 1}  # launch default (CONFIGS overrides where it names the dim)
 # Chains per CTA, per GPU: 1 = _bwd_kernel, 2 = _bwd_kernel_ws (two warpgroups, one stage
@@ -677,6 +675,8 @@ def launch_bwd(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor,
                scale: float, n_chains: int | str | None = None) -> tuple[Tensor, Tensor, Tensor]:
     """(dq, dk, dv) into `grads`; inputs are eligible (see dispatch.gluon_bwd). `n_chains`
     (1, 2 or "lean") overrides chains(device) and lean(device), the measured defaults."""
+    if n_chains not in (None, 1, 2, "lean"):
+        raise ValueError(f"n_chains={n_chains!r}: expected 1, 2 or 'lean'")
     T, H, D = q.shape
     n_tiles = table.n_slots * H
     if n_tiles == 0 or T == 0:  # nothing to write (a TMA box needs rows)

@@ -69,6 +69,9 @@ def test_gluon_chains_knob(monkeypatch) -> None:
     for knob in (G.chains, G.lean):
         with pytest.raises(ValueError, match="BLOCKATTN_GLUON_CHAINS='3'"):
             knob(cpu)
+    # the launcher's own choice is checked before anything is launched (no GPU needed)
+    with pytest.raises(ValueError, match="n_chains=3: expected 1, 2 or 'lean'"):
+        G.launch_bwd(*(torch.zeros(1, 1, 64),) * 4, (), None, 1.0, n_chains=3)
 
 
 def _meta(D: int = 128, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
