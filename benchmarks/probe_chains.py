@@ -1,5 +1,5 @@
 """Issue 23 probe: do two chains per SM overlap? The Gluon backward with one chain per CTA
-(_bwd_kernel: two input stages) against two (_bwd_kernel_ws: two warpgroups, one stage each),
+(_bwd_kernel: two input stages) against two (_bwd_kernel_chains: two warpgroups, one stage each),
 each timed on shape P (full) and with every tile pointed at the first block (compute-only: the
 same work, L2-resident loads; stage_profile.l2_resident), in one run.
 

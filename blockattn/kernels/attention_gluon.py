@@ -22,11 +22,11 @@ Partial blocks: a TMA box reads 64 rows; rows past the tile's n (the next sequen
 zeroed in shared memory before any MMA, keys past n get score -inf, and a partial tile's rows
 leave by masked stores (a 64-row TMA box would overwrite the next sequence's gradients).
 
-Three kernels, the same arithmetic and bits: _bwd_kernel, one chain per CTA with two input
-stages; _bwd_kernel_ws, two chains per CTA (two warpgroups under warp_specialize, one stage
-each, every buffer reloaded as soon as its last reader is done), so that one chain computes
-while the other waits on its loads; _bwd_kernel_lean, one such chain per CTA, small enough for
-three CTAs per SM at D = 64. Which one runs where is measured per GPU (chains(), lean()).
+Two kernels, three configurations, the same arithmetic and bits: _bwd_kernel, one chain per
+CTA with two input stages; _bwd_kernel_chains, chains of one stage each (every buffer reloaded
+as soon as its last reader is done): two per CTA (two warpgroups under warp_specialize), so that
+one computes while the other waits on its loads, or one alone (the lean kernel), small enough
+for three CTAs per SM at D = 64. Which runs where is measured per GPU (chains(), lean()).
 
 Gluon has no interpreter: off sm_90 dispatch falls back; CPU tests build it for sm_90 ahead of
 time (tests/kernels/test_gluon_path.py).
@@ -494,71 +494,49 @@ def _consumer(C: gl.constexpr, q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc
 
 
 @gluon.jit
-def _bwd_kernel_ws(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, V, DQ, DK, DV,
-                   tile_start, tile_len, n_tiles, stride_vt, stride_vh, stride_dqt, stride_dqh,
-                   stride_dkt, stride_dkh, stride_dvt, stride_dvh, qk_scale, sm_scale,
-                   H: gl.constexpr, IS_BF16: gl.constexpr, WORKER_REGS: gl.constexpr,
-                   num_warps: gl.constexpr):
-    """Two chains per CTA (issue 23's lever): the default warpgroup and one worker warpgroup
-    each run _consumer on their own tiles in their own 112 KB (D = 128) of shared memory, and
-    the warp schedulers interleave the two chains."""
+def _bwd_kernel_chains(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, V, DQ, DK,
+                       DV, tile_start, tile_len, n_tiles, stride_vt, stride_vh, stride_dqt,
+                       stride_dqh, stride_dkt, stride_dkh, stride_dvt, stride_dvh, qk_scale,
+                       sm_scale, H: gl.constexpr, IS_BF16: gl.constexpr, CHAINS: gl.constexpr,
+                       WORKER_REGS: gl.constexpr, num_warps: gl.constexpr):
+    """CHAINS chains of _consumer per CTA, each in its own one stage of shared memory (112 KB at
+    D = 128, 64 KB at D = 64). Two (issue 23's lever): the default warpgroup and a worker
+    warpgroup under warp_specialize, interleaved by the warp schedulers. One (the lean kernel):
+    the chain alone, small enough for three CTAs per SM at D = 64."""
     BM: gl.constexpr = q_desc.block_type.shape[0]
     HD: gl.constexpr = q_desc.block_type.shape[1]
     dtype: gl.constexpr = q_desc.dtype
     lay: gl.constexpr = q_desc.layout
-    q_s = gl.allocate_shared_memory(dtype, [2, BM, HD], lay)
-    k_s = gl.allocate_shared_memory(dtype, [2, BM, HD], lay)
-    v_s = gl.allocate_shared_memory(dtype, [2, BM, HD], lay)
-    do_s = gl.allocate_shared_memory(dtype, [2, BM, HD], lay)
-    x_s = gl.allocate_shared_memory(dtype, [2, BM, HD], lay)
-    y_s = gl.allocate_shared_memory(dtype, [2, BM, HD], lay)
+    q_s = gl.allocate_shared_memory(dtype, [CHAINS, BM, HD], lay)
+    k_s = gl.allocate_shared_memory(dtype, [CHAINS, BM, HD], lay)
+    v_s = gl.allocate_shared_memory(dtype, [CHAINS, BM, HD], lay)
+    do_s = gl.allocate_shared_memory(dtype, [CHAINS, BM, HD], lay)
+    x_s = gl.allocate_shared_memory(dtype, [CHAINS, BM, HD], lay)
+    y_s = gl.allocate_shared_memory(dtype, [CHAINS, BM, HD], lay)
     pp_lay: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BM, BM], dtype)
-    pd_s = gl.allocate_shared_memory(dtype, [4, BM, BM], pp_lay)  # per chain: P, then dS, hi+lo
-    bars = gl.allocate_shared_memory(gl.int64, [4, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(4):
+    pd_s = gl.allocate_shared_memory(dtype, [2 * CHAINS, BM, BM], pp_lay)  # per chain: P, dS
+    bars = gl.allocate_shared_memory(gl.int64, [2 * CHAINS, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(2 * CHAINS):
         mbarrier.init(bars.index(i), count=1)
-    gl.warp_specialize([
-        (_consumer, (0, q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, V, DQ, DK,
-                     DV, tile_start, tile_len, n_tiles, stride_vt, stride_vh, stride_dqt,
-                     stride_dqh, stride_dkt, stride_dkh, stride_dvt, stride_dvh, qk_scale,
-                     sm_scale, q_s, k_s, v_s, do_s, x_s, y_s, pd_s, bars, H, IS_BF16, num_warps)),
-        (_consumer, (1, q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, V, DQ, DK,
-                     DV, tile_start, tile_len, n_tiles, stride_vt, stride_vh, stride_dqt,
-                     stride_dqh, stride_dkt, stride_dkh, stride_dvt, stride_dvh, qk_scale,
-                     sm_scale, q_s, k_s, v_s, do_s, x_s, y_s, pd_s, bars, H, IS_BF16, num_warps)),
-    ], [num_warps], [WORKER_REGS])
-    for i in gl.static_range(4):
-        mbarrier.invalidate(bars.index(i))
-
-
-@gluon.jit
-def _bwd_kernel_lean(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, V, DQ, DK, DV,
-                     tile_start, tile_len, n_tiles, stride_vt, stride_vh, stride_dqt,
-                     stride_dqh, stride_dkt, stride_dkh, stride_dvt, stride_dvh, qk_scale,
-                     sm_scale, H: gl.constexpr, IS_BF16: gl.constexpr,
-                     num_warps: gl.constexpr):
-    """One chain of _consumer per CTA in 64 KB at D = 64 (one stage, each buffer reloaded as
-    soon as its last reader is done), so that three CTAs fit per SM."""
-    BM: gl.constexpr = q_desc.block_type.shape[0]
-    HD: gl.constexpr = q_desc.block_type.shape[1]
-    dtype: gl.constexpr = q_desc.dtype
-    lay: gl.constexpr = q_desc.layout
-    q_s = gl.allocate_shared_memory(dtype, [1, BM, HD], lay)
-    k_s = gl.allocate_shared_memory(dtype, [1, BM, HD], lay)
-    v_s = gl.allocate_shared_memory(dtype, [1, BM, HD], lay)
-    do_s = gl.allocate_shared_memory(dtype, [1, BM, HD], lay)
-    x_s = gl.allocate_shared_memory(dtype, [1, BM, HD], lay)
-    y_s = gl.allocate_shared_memory(dtype, [1, BM, HD], lay)
-    pp_lay: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BM, BM], dtype)
-    pd_s = gl.allocate_shared_memory(dtype, [2, BM, BM], pp_lay)
-    bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(2):
-        mbarrier.init(bars.index(i), count=1)
-    _consumer(0, q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, V, DQ, DK, DV,
-              tile_start, tile_len, n_tiles, stride_vt, stride_vh, stride_dqt, stride_dqh,
-              stride_dkt, stride_dkh, stride_dvt, stride_dvh, qk_scale, sm_scale, q_s, k_s,
-              v_s, do_s, x_s, y_s, pd_s, bars, H, IS_BF16, num_warps, 1)
-    for i in gl.static_range(2):
+    if CHAINS == 2:
+        gl.warp_specialize([
+            (_consumer, (0, q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, V, DQ,
+                         DK, DV, tile_start, tile_len, n_tiles, stride_vt, stride_vh,
+                         stride_dqt, stride_dqh, stride_dkt, stride_dkh, stride_dvt, stride_dvh,
+                         qk_scale, sm_scale, q_s, k_s, v_s, do_s, x_s, y_s, pd_s, bars, H,
+                         IS_BF16, num_warps, CHAINS)),
+            (_consumer, (1, q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, V, DQ,
+                         DK, DV, tile_start, tile_len, n_tiles, stride_vt, stride_vh,
+                         stride_dqt, stride_dqh, stride_dkt, stride_dkh, stride_dvt, stride_dvh,
+                         qk_scale, sm_scale, q_s, k_s, v_s, do_s, x_s, y_s, pd_s, bars, H,
+                         IS_BF16, num_warps, CHAINS)),
+        ], [num_warps], [WORKER_REGS])
+    else:
+        _consumer(0, q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, V, DQ, DK, DV,
+                  tile_start, tile_len, n_tiles, stride_vt, stride_vh, stride_dqt, stride_dqh,
+                  stride_dkt, stride_dkh, stride_dvt, stride_dvh, qk_scale, sm_scale, q_s, k_s,
+                  v_s, do_s, x_s, y_s, pd_s, bars, H, IS_BF16, num_warps, CHAINS)
+    for i in gl.static_range(2 * CHAINS):
         mbarrier.invalidate(bars.index(i))
 
 
@@ -571,11 +549,11 @@ CONFIGS: dict[int, int] = {128: 1}  # the H100's D = 64 was slower than portable
 GPU_CONFIGS: dict[str, dict[int, int]] = {"H200": {64: 2}}  # per GPU name substring, over CONFIGS
 HEAD_DIMS = (64, 128)  # what the kernel compiles for (shared memory: 192 KB at D = 128)
 PROGRAMS_PER_SM = {64: 2, 128: 1}  # launch default (CONFIGS overrides where it names the dim)
-# Chains per CTA, per GPU: 1 = _bwd_kernel, 2 = _bwd_kernel_ws (two warpgroups, one stage
+# Chains per CTA, per GPU: 1 = _bwd_kernel, 2 = _bwd_kernel_chains (two warpgroups, one stage
 # each; 8 warps at 255 registers fill the SM)
 GPU_CHAINS: dict[str, dict[int, int]] = {"H200": {128: 2}}
 WORKER_REGS = 248  # setmaxnreg of the second warpgroup (the default one keeps 255)
-# Where one chain runs as _bwd_kernel_lean (one stage: 64 KB at D = 64) instead of
+# Where one chain runs as _bwd_kernel_chains (one stage: 64 KB at D = 64) instead of
 # _bwd_kernel, per GPU; LEAN_CONFIGS: {head dim: (CTAs per SM, register cap)}: three CTAs of
 # 128 threads fit under 168 registers (65,536 / 384, rounded down to ptxas' 8).
 GPU_LEAN: dict[str, tuple[int, ...]] = {"H200": (64,)}
@@ -634,7 +612,7 @@ def _forced() -> str:
 
 
 def lean(device: torch.device) -> tuple[int, ...]:
-    """The head dims where one chain runs as _bwd_kernel_lean on `device`."""
+    """The head dims where one chain runs alone in _bwd_kernel_chains (lean) on `device`."""
     forced = _forced()
     if forced:
         return HEAD_DIMS if forced == "lean" else ()
@@ -687,11 +665,13 @@ def launch_bwd(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor,
     bf16 = q.dtype == torch.bfloat16
     if (n_chains if n_chains is not None else chains(q.device).get(D, 1)) == 2:
         grid = min((n_tiles + 1) // 2, sms)
-        _bwd_kernel_ws[(grid,)](*args, H=H, IS_BF16=bf16, WORKER_REGS=WORKER_REGS, num_warps=4)
+        _bwd_kernel_chains[(grid,)](*args, H=H, IS_BF16=bf16, CHAINS=2, WORKER_REGS=WORKER_REGS,
+                                    num_warps=4)
     elif n_chains == "lean" or (n_chains is None and D in lean(q.device)):
         per_sm, cap = LEAN_CONFIGS[D]
-        _bwd_kernel_lean[(min(n_tiles, sms * per_sm),)](
-            *args, H=H, IS_BF16=bf16, num_warps=4, **({"maxnreg": cap} if cap else {}))
+        _bwd_kernel_chains[(min(n_tiles, sms * per_sm),)](
+            *args, H=H, IS_BF16=bf16, CHAINS=1, WORKER_REGS=0, num_warps=4,
+            **({"maxnreg": cap} if cap else {}))
     else:
         grid = min(n_tiles, sms * configs(q.device).get(D, PROGRAMS_PER_SM[D]))
         _bwd_kernel[(grid,)](*args, H=H, IS_BF16=bf16, num_warps=4)

@@ -64,10 +64,10 @@ ROTARY_MODES = ("off", "rot", "rot-qk")
 # hopper: the opt-in Triton TMA path, sm_90, 16-bit inputs only; gluon: the Gluon backward
 # (attention_gluon), sm_90, 16-bit, plain, and the fused-rotary one
 # (attention_gluon_rotary._bwd_rot_kernel), and the fused-rotary forward
-# (attention_gluon_rotary_fwd); gluon2: the plain two-chain kernel (_bwd_kernel_ws); gfast: the
+# (attention_gluon_rotary_fwd); gluon2: the plain two-chain kernel (_bwd_kernel_chains); gfast: the
 # fast precision mode's Gluon kernels (attention_gluon_rotary_fast: rotary forward, rotary and
 # plain backward), the sm_90 default of precision="fast"; gluon-lean: the plain one-stage kernel
-# (_bwd_kernel_lean) at its LEAN_CONFIGS' CTAs per SM and register cap
+# (_bwd_kernel_chains, one chain) at its LEAN_CONFIGS' CTAs per SM and register cap
 PATHS = ("portable", "hopper", "gluon", "gluon2", "gfast", "gluon-lean")
 TMA_OPCODE = "cp.async.bulk.tensor"
 TARGETS = {"sm_90": 90, "sm_100": 100}
@@ -371,7 +371,7 @@ def _compile_gluon(variant: Variant, target: str, res: Result,
     fwd = variant.kernel == "fwd"
     fn = (GF._fwd_fast_kernel if fast and fwd else GF._bwd_fast_kernel if fast
           else GRF._fwd_rot_kernel if fwd else GR._bwd_rot_kernel if rotary
-          else G._bwd_kernel_ws if two else G._bwd_kernel_lean if lean else G._bwd_kernel)
+          else G._bwd_kernel_chains if two or lean else G._bwd_kernel)
     gdt = {"bf16": gl.bfloat16, "fp16": gl.float16}[variant.dtype]
     lay = gl.NVMMASharedLayout.get_default_for([G.BLOCK, variant.head_dim], gdt)
     signature: dict[str, str] = {}
@@ -405,8 +405,8 @@ def _compile_gluon(variant: Variant, target: str, res: Result,
     if fast and not fwd:
         constexprs["ROTARY"] = rotary
         constexprs["ROTATE_V"] = variant.rotary == "rot"
-    if two:
-        constexprs["WORKER_REGS"] = G.WORKER_REGS
+    if two or lean:
+        constexprs.update(CHAINS=2 if two else 1, WORKER_REGS=G.WORKER_REGS if two else 0)
     if rotary:
         constexprs["ROTATE_V"] = variant.rotary == "rot"
     src = GluonASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)

@@ -402,10 +402,10 @@ CORE: tuple[Mutant, ...] = (
         "gluon-lean-walks-two-chains",
         "core",
         GLUON,
-        "v_s, do_s, x_s, y_s, pd_s, bars, H, IS_BF16, num_warps, 1)",
-        "v_s, do_s, x_s, y_s, pd_s, bars, H, IS_BF16, num_warps, 2)",
-        "Gluon one-stage kernel: its chain strides as if a second one shared the CTA, so half "
-        "the tiles' gradients are never written",
+        "do_s, x_s, y_s, pd_s, bars, H, IS_BF16, num_warps, CHAINS)",
+        "do_s, x_s, y_s, pd_s, bars, H, IS_BF16, num_warps, 2)",
+        "Gluon one-stage kernel: a lone chain strides as if a second one shared the CTA, so half "
+        "the tiles' gradients are never written (a no-op for the two-chain configuration)",
         env=PREFER_GLUON + GLUON_LEAN,
         needs_sm90=True,
         tests=("tests/kernels/test_gluon_path.py::test_gluon_persistent_loop_many_tiles",),

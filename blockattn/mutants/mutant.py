@@ -27,7 +27,7 @@ GLUON_ROTARY_FWD = "kernels/attention_gluon_rotary_fwd.py"
 # whatever the GPU's default (attention_gluon.chains), so each mutant runs the code it mutates.
 GLUON_CHAINS_1 = (("BLOCKATTN_GLUON_CHAINS", "1"),)
 GLUON_CHAINS_2 = (("BLOCKATTN_GLUON_CHAINS", "2"),)
-GLUON_LEAN = (("BLOCKATTN_GLUON_CHAINS", "lean"),)  # the one-stage kernel (_bwd_kernel_lean)
+GLUON_LEAN = (("BLOCKATTN_GLUON_CHAINS", "lean"),)  # one chain alone in _bwd_kernel_chains
 # The repository tests that judge the chunked rotary kernels (backward, forward) against their
 # whole-tile bodies: the gate's quick tier has no D = 128 rotary case with rotate_v on.
 CHUNK_BWD_TEST = "tests/kernels/test_attention.py::test_rotary_chunks_match_whole_tile"
