@@ -163,14 +163,16 @@ def _centred_split(vb, V, start, n, h, stride_vt, stride_vh, lay: gl.constexpr,
     """V (shared) minus its block's first row (global, an L2 hit) as hi + lo: the portable
     kernel's centring. Rows >= n (zeroed) become -row0: finite, in dP's columns where P is 0."""
     HD: gl.constexpr = vb.shape[1]
-    return _centred_split_by(vb, _row0(V, start, h, stride_vt, stride_vh, HD, lay), lay, dtype)
+    return _centred_split_by(vb, _row0(V, start, n, h, stride_vt, stride_vh, HD, lay), lay, dtype)
 
 
 @gluon.jit
-def _row0(V, start, h, stride_vt, stride_vh, HD: gl.constexpr, lay: gl.constexpr):
-    """The first row of a tile's V block, fp32, from global memory (columns in `lay`)."""
+def _row0(V, start, n, h, stride_vt, stride_vh, HD: gl.constexpr, lay: gl.constexpr):
+    """The first row of a tile's V block, fp32, from global memory (columns in `lay`); a padding
+    slot (n = 0, start = T) reads nothing (row T is past the tensor)."""
     cols = gl.arange(0, HD, layout=gl.SliceLayout(0, lay))
-    return gl.load(V + start * stride_vt + h * stride_vh + cols).to(gl.float32)
+    return gl.load(V + start * stride_vt + h * stride_vh + cols, mask=(cols < HD) & (n > 0),
+                   other=0.0).to(gl.float32)
 
 
 @gluon.jit
@@ -291,7 +293,7 @@ def _bwd_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, V, D
         nn_start, nn_n, nn_h = _tile_at(gl.minimum(t + 2 * n_prog, n_tiles - 1), tile_start,
                                         tile_len, H)
         # V's first row is read before the wait: its latency hides under the TMA's
-        row0 = _row0(V, start, h, stride_vt, stride_vh, HD, r_lay)
+        row0 = _row0(V, start, n, h, stride_vt, stride_vh, HD, r_lay)
         mbarrier.wait(bars.index(stage), (i // 2) & 1)
         if n > 0:
             qb = q_s.index(stage)

@@ -283,7 +283,8 @@ PRECISION: tuple[Mutant, ...] = (
         "gluon-v-uncentred",
         _G,
         GLUON,
-        "return gl.load(V + start * stride_vt + h * stride_vh + cols).to(gl.float32)",
+        "return gl.load(V + start * stride_vt + h * stride_vh + cols, mask=(cols < HD) & (n > 0),"
+        "\n                   other=0.0).to(gl.float32)",
         "return gl.zeros([HD], gl.float32, gl.SliceLayout(0, lay))",
         "Gluon path: V enters dO V^T uncentred: dP - Di cancels in fp32 again (near-constant V)",
         env=PREFER_GLUON + GLUON_CHAINS_1,
