@@ -618,10 +618,7 @@ def lean(device: torch.device) -> tuple[int, ...]:
     forced = _forced()
     if forced:
         return HEAD_DIMS if forced == "lean" else ()
-    if device.type != "cuda":
-        return ()
-    name = _device_name(device.index if device.index is not None else torch.cuda.current_device())
-    return tuple(d for key, dims in GPU_LEAN.items() if key in name for d in dims)
+    return tuple(_per_gpu(device, {}, {k: dict.fromkeys(d, 1) for k, d in GPU_LEAN.items()}))
 
 
 def configs(device: torch.device) -> dict[int, int]:

@@ -78,10 +78,10 @@ FAST: tuple[Mutant, ...] = (
         "gluon-fast-slot-major-one-head",
         _G,
         GLUON_FAST,
-        "n_my = ((n_tiles // S - vp + n_vp - 1) // n_vp) * S",
-        "n_my = (n_tiles // S - vp + n_vp - 1) // n_vp",
-        "Gluon fast rotary backward: a program walks its slots' first head only (the slot-major "
-        "tile order's count not multiplied by H): the other heads' gradients are never written",
+        "    return ((n_tiles // S - vp + n_vp - 1) // n_vp) * S\n",
+        "    return (n_tiles // S - vp + n_vp - 1) // n_vp\n",
+        "Gluon fast rotary kernels: a program walks its slots' first head only (the slot-major "
+        "tile order's count not multiplied by H): the other heads' outputs are never written",
         tests=FAST_TESTS,
         needs_sm90=True,
     ),
