@@ -3,8 +3,13 @@
 #
 #   bash ci/sanitize.sh [OUT_DIR]      (default reports/sanitize)
 #
-# Writes OUT_DIR/{warm,memcheck,racecheck}.log and OUT_DIR/summary.md; exits 0 only when both
-# tools report 0 errors and every variant launched. Each tool is bounded by SANITIZE_TIMEOUT_S.
+# Every variant, and each kernel the dispatcher can be forced to (sanitize_kernels.py --sweep).
+# Then the sanitizer's known answers: each planted memory bug (blockattn/mutants/memory_bugs.py,
+# a read past a tensor that changes no output) on a copy of the package, which memcheck must
+# report. Writes OUT_DIR/{warm,memcheck,racecheck}.log, OUT_DIR/planted/NAME.log and
+# OUT_DIR/summary.md; exits 0 only when both tools report 0 errors on the clean kernels, every
+# variant launched and memcheck caught every planted bug it could run. Each tool run is bounded
+# by SANITIZE_TIMEOUT_S.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-reports/sanitize}
@@ -35,7 +40,7 @@ t0=$SECONDS
 # Compiles are independent: 8 shards in parallel (the Triton cache tolerates concurrent writers).
 NSH=8
 for i in $(seq 0 $((NSH - 1))); do
-  $PY ci/sanitize_kernels.py --shard "$i/$NSH" >"$OUT/warm.$i.log" 2>&1 &
+  $PY ci/sanitize_kernels.py --sweep --shard "$i/$NSH" >"$OUT/warm.$i.log" 2>&1 &
 done
 warm_rc=0
 for job in $(jobs -p); do wait "$job" || warm_rc=1; done
@@ -49,13 +54,40 @@ for tool in memcheck racecheck; do
   extra=()
   [[ $tool == memcheck ]] && extra=(--leak-check no --report-api-errors no)
   timeout "$TIMEOUT_S" "$CS" --tool "$tool" --error-exitcode 3 "${extra[@]}" \
-    $PY ci/sanitize_kernels.py >"$OUT/$tool.log" 2>&1
+    $PY ci/sanitize_kernels.py --sweep >"$OUT/$tool.log" 2>&1
   RC[$tool]=$?
   SECS[$tool]=$((SECONDS - t0))
   echo "$tool rc=${RC[$tool]} in ${SECS[$tool]} s"
   [[ ${RC[$tool]} -ne 0 ]] && status=1
 done
 [[ $warm_rc -ne 0 ]] && status=1
+
+# 2) The planted memory bugs: memcheck must exit 3 (its --error-exitcode) naming an invalid read.
+mkdir -p "$OUT/planted"
+declare -A CAUGHT
+for name in $($PY -c "from blockattn.mutants.memory_bugs import MEMORY
+print(' '.join(m.name for m in MEMORY))"); do
+  dir=$(mktemp -d)
+  envs=$($PY ci/sanitize_kernels.py --plant "$name" "$dir" 2>"$OUT/planted/$name.log")
+  prc=$?
+  if [[ $prc -eq 4 ]]; then CAUGHT[$name]="not run ($(tail -1 "$OUT/planted/$name.log"))"; continue; fi
+  if [[ $prc -ne 0 ]]; then CAUGHT[$name]="ERROR: could not plant"; status=1; continue; fi
+  # shellcheck disable=SC2086  # envs: KEY=VALUE words
+  env $envs $PY ci/sanitize_kernels.py --root "$dir" >>"$OUT/planted/$name.log" 2>&1
+  # shellcheck disable=SC2086
+  env $envs timeout "$TIMEOUT_S" "$CS" --tool memcheck --error-exitcode 3 --leak-check no \
+    --report-api-errors no $PY ci/sanitize_kernels.py --root "$dir" >>"$OUT/planted/$name.log" 2>&1
+  mrc=$?
+  reads=$(grep -c "Invalid __global__ read" "$OUT/planted/$name.log")
+  if [[ $mrc -eq 3 && $reads -gt 0 ]]; then
+    CAUGHT[$name]="caught: memcheck exit 3, $reads invalid global reads"
+  else
+    CAUGHT[$name]="NOT CAUGHT: memcheck exit $mrc, $reads invalid global reads"; status=1
+  fi
+  echo "planted $name: ${CAUGHT[$name]}"
+  rm -rf "$dir"
+done
+[[ ${#CAUGHT[@]} -eq 0 ]] && status=1  # no known answer ran: the sanitizer is unproven
 
 {
   echo "# compute-sanitizer: blockattn kernels"
@@ -74,6 +106,13 @@ done
   done
   echo
   echo "exit 0 and '0 errors' / '0 hazards' on both rows = clean. Logs: warm.log, memcheck.log, racecheck.log."
+  echo
+  echo "Planted memory bugs (blockattn/mutants/memory_bugs.py; memcheck must catch each):"
+  echo
+  echo "| planted bug | memcheck |"
+  echo "|---|---|"
+  for name in "${!CAUGHT[@]}"; do echo "| $name | ${CAUGHT[$name]} |"; done
+  [[ ${#CAUGHT[@]} -eq 0 ]] && echo "| (none ran) | ERROR |"
 } >"$OUT/summary.md"
 cat "$OUT/summary.md"
 exit $status

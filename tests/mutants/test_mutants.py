@@ -13,6 +13,7 @@ import pytest
 from blockattn import cli
 from blockattn.mutants import catalog, runner
 from blockattn.mutants.apply import PACKAGE_DIR, anchor_count, check_anchor, make_copy
+from blockattn.mutants.memory_bugs import MEMORY
 from blockattn.mutants.mutant import ATT, Mutant
 from blockattn.mutants.runner import failing_metric
 
@@ -31,14 +32,14 @@ def test_catalog_is_large_unique_and_covers_both_groups() -> None:
         assert m.anchor != m.replacement, m.name
 
 
-@pytest.mark.parametrize("m", catalog.MUTANTS, ids=lambda m: m.name)
+@pytest.mark.parametrize("m", catalog.MUTANTS + MEMORY, ids=lambda m: m.name)
 def test_anchor_occurs_exactly_once_in_current_source(m: Mutant) -> None:
     # Fails loudly when an edit moves an anchor: re-anchor it in its module (kernel_bugs.py,
     # precision.py, suite.py) in the same commit.
     assert anchor_count(m) == 1, f"{m.name}: anchor found {anchor_count(m)}x in {m.file}"
 
 
-@pytest.mark.parametrize("m", [m for m in catalog.MUTANTS if m.file.endswith(".py")],
+@pytest.mark.parametrize("m", [m for m in catalog.MUTANTS + MEMORY if m.file.endswith(".py")],
                          ids=lambda m: m.name)
 def test_mutated_source_still_parses(m: Mutant) -> None:
     # A mutant must plant a bug, not a syntax error: one that cannot import is "killed (crash)"
@@ -47,6 +48,30 @@ def test_mutated_source_still_parses(m: Mutant) -> None:
 
     src = (PACKAGE_DIR / m.file).read_text()
     ast.parse(src.replace(m.anchor, m.replacement, 1), filename=m.file)
+
+
+def test_memory_bugs_are_the_sanitizers_and_not_the_runners() -> None:
+    # Reads past a tensor that change no output: the mutant runner (verdicts) cannot kill them,
+    # ci/sanitize.sh (memcheck) must; each names the GPU code it needs.
+    names = {m.name for m in catalog.MUTANTS}
+    assert MEMORY and all(m.group == "memory" and m.name not in names for m in MEMORY)
+    assert all(m.needs_sm90 or m.needs_gpu for m in MEMORY)
+
+
+def test_sanitize_plants_a_memory_bug_in_a_copy_only(tmp_path: Path) -> None:
+    m = MEMORY[-1]
+    script = PACKAGE_DIR.parent / "ci" / "sanitize_kernels.py"
+    r = subprocess.run([sys.executable, str(script), "--plant", m.name, str(tmp_path)],
+                       capture_output=True, text=True, timeout=300)
+    import torch
+
+    assert r.returncode == (0 if torch.cuda.is_available() else 4), r.stderr
+    mutated = (tmp_path / "blockattn" / m.file).read_text()
+    assert m.replacement in mutated and m.anchor not in mutated
+    assert anchor_count(m) == 1  # the source tree is untouched
+    bad = subprocess.run([sys.executable, str(script), "--plant", "no-such-bug", str(tmp_path)],
+                         capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and "no-such-bug" in bad.stderr
 
 
 def test_mutant_changes_only_the_copy(tmp_path: Path) -> None:
