@@ -95,14 +95,14 @@ done
   echo "- GPU: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)"
   echo "- sanitizer: $("$CS" --version 2>/dev/null | tail -1)"
   echo "- torch $($PY -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda)' 2>/dev/null), triton $($PY -c 'import triton; print(triton.__version__)' 2>/dev/null)"
-  echo "- commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+  echo "- commit ${BLOCKATTN_GIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
   echo "- variants launched (warm-up): $(grep -c '^ok ' "$OUT/warm.log"), rc $warm_rc"
   echo
-  echo "| tool | exit | seconds | variants ok | summary |"
-  echo "|---|---|---|---|---|"
+  echo "| tool | exit | seconds | variants ok | variants failed | summary |"
+  echo "|---|---|---|---|---|---|"
   for tool in memcheck racecheck; do
     summ=$(grep -E "(ERROR|RACECHECK) SUMMARY" "$OUT/$tool.log" | tail -1)
-    echo "| $tool | ${RC[$tool]} | ${SECS[$tool]} | $(grep -c '^ok ' "$OUT/$tool.log") | ${summ:-no summary line (timeout?)} |"
+    echo "| $tool | ${RC[$tool]} | ${SECS[$tool]} | $(grep -c '^ok ' "$OUT/$tool.log") | $(grep -c '^FAIL ' "$OUT/$tool.log") | ${summ:-no summary line (timeout?)} |"
   done
   echo
   echo "exit 0 and '0 errors' / '0 hazards' on both rows = clean. Logs: warm.log, memcheck.log, racecheck.log."

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -107,6 +108,15 @@ def variants() -> list[dict]:
     return out
 
 
+def _label(v: dict) -> dict:
+    """The variant as printed: its dtype by name, its environment left out."""
+    return {
+        k: (str(x).removeprefix("torch.") if k == "dtype" else x)
+        for k, x in v.items()
+        if k != "env"
+    }
+
+
 def launch(v: dict) -> None:
     if v["dtype"] == torch.float32 and torch.cuda.get_device_capability()[0] >= 10:
         print(f"skip (fp32 rejected on sm_100+): {v}")
@@ -136,9 +146,12 @@ def launch(v: dict) -> None:
                 os.environ[key] = val
     for name, t in (("O", o), ("dQ", q.grad), ("dK", k.grad), ("dV", v_.grad)):
         if not torch.isfinite(t).all():
-            raise SystemExit(f"non-finite {name} for {v}")
-    label = {k_: x for k_, x in v.items() if k_ != "env"}
-    label["dtype"] = str(v["dtype"]).removeprefix("torch.")
+            bad = (~torch.isfinite(t)).reshape(t.shape[0], -1).any(1).nonzero().flatten()
+            raise ValueError(
+                f"non-finite {name} in {bad.numel()} of {t.shape[0]} tokens "
+                f"(first {bad[:8].tolist()}) for {_label(v)}"
+            )
+    label = _label(v)
     print(f"ok fwd+bwd {label}", flush=True)
 
 
@@ -195,23 +208,35 @@ def main() -> int:
         help="copy the package to DIR with memory bug NAME planted, print its "
         "environment (KEY=VALUE lines) and exit (4: needs another GPU)",
     )
+    ap.add_argument("--grep", help="only the variants whose printed label matches this regex")
     args = ap.parse_args()
     if args.plant:
         return plant(*args.plant)
     i, n = (int(x) for x in args.shard.split("/"))
     vs = (variants() + (sweep() if args.sweep else []))[i::n]
+    if args.grep:
+        vs = [v for v in vs if re.search(args.grep, str(_label(v)))]
     if args.list:
         print("\n".join(map(str, vs)))
         return 0
     if not torch.cuda.is_available():
         print("needs a CUDA GPU", file=sys.stderr)
         return 2
-    for v in vs:
-        launch(v)
-    if i == 0:
+    failed = 0
+    for v in vs:  # a failure is printed and counted; the remaining variants still run
+        try:
+            launch(v)
+        except (ValueError, RuntimeError) as exc:
+            failed += 1
+            print(f"FAIL {exc}", flush=True)
+    if i == 0 and not args.grep:
         launch_projection()
-    print(f"launched {len(vs) + 1} variants (fwd + bwd each) on {torch.cuda.get_device_name()}")
-    return 0
+        vs.append({})
+    print(
+        f"launched {len(vs)} variants (fwd + bwd each) on {torch.cuda.get_device_name()}, "
+        f"{failed} failed"
+    )
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
