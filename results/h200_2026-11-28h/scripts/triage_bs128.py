@@ -3,11 +3,14 @@
                 an output row the kernel never writes shows as NaN; outputs compared bitwise.
   mode as-is | nocap | chunks1 : one call (run under memcheck), the config as shipped, without
                 its register cap, or with the whole-tile (unchunked) rotary path."""
-import dataclasses, sys
+import dataclasses
+import sys
+
 import torch
+
 import blockattn
-from blockattn.kernels import attention as A
 from blockattn.cases.generate import make_case
+from blockattn.kernels import attention as A
 
 mode = sys.argv[1]
 key = ("fwd", True, 64)
