@@ -18,7 +18,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--variants",
         default=None,
         help="comma-separated globs on variant names, e.g. 'fwd-bf16-*,bwd-*-d128-rot' "
-        "(names: {fwd,bwd}-{bf16,fp16,fp32}-d{64,128}-{off,rot,rot-qk}[-hopper|-gluon|-gluon2]; "
+        "(names: {fwd,bwd}-{bf16,fp16,fp32}-d{64,128}-{off,rot,rot-qk}"
+        "[-hopper|-gluon|-gluon2|-gfast|-gluon-lean|-bs128]; -bs128: 128-row tiles; "
         "default: all)",
     )
     parser.add_argument(

@@ -256,6 +256,16 @@ CONFIGS: dict[tuple[str, bool, int], LaunchConfig] = {
 }
 
 
+# Tiles of more than 64 rows (block_size 128): 8 warps, no register cap (launch_config). What
+# their D = 128 builds still spill, the most over bf16 / fp16, rotate_v or not, sm_90 / sm_100
+# (compile-check, 2026-11-28): not measured on a GPU against other configs.
+LARGE_BLOCK_SPILLS: dict[tuple[str, bool, int], int] = {
+    ("fwd", True, 128): 144,
+    ("bwd", False, 128): 196,
+    ("bwd", True, 128): 1044,
+}
+
+
 # Where one 16-bit dtype measured another config faster, over CONFIGS.
 DTYPE_CONFIGS: dict[tuple[str, bool, int, torch.dtype], LaunchConfig] = {
     ("fwd", True, 128, torch.float16): LaunchConfig(4, 1, 0, chunks=2),
@@ -283,8 +293,19 @@ FAST_CONFIGS: dict[tuple[str, bool, int], LaunchConfig] = {
 
 
 def launch_config(kernel: str, rotary: bool, head_dim: int,
-                  dtype: torch.dtype = torch.bfloat16, fast: bool = False) -> LaunchConfig:
+                  dtype: torch.dtype = torch.bfloat16, fast: bool = False,
+                  block: int = 64) -> LaunchConfig:
+    """The launch options of a kernel; `block` is the tile's rows (block_rows(block_size))."""
     default = LaunchConfig(num_warps=4, num_stages=_STAGES[kernel], programs_per_sm=0)
+    if block > 64 and dtype in _SPLIT_DTYPES:
+        # Every config above was tuned for 64-row tiles; a 128-row tile holds twice the scores
+        # per thread. Under them 22 of the 24 sm_90 builds spilled 1.3-13 KB a thread (the
+        # rotary D = 64 forward 5,056 B at its 128-register cap); 8 warps (a warpgroup per 64
+        # rows), no cap, the whole tile: 0 B at D = 64 and the plain D = 128 forward, the rest
+        # within LARGE_BLOCK_SPILLS (compile-check's "-bs128" variants, results/cpu_2026-11-28h).
+        return LaunchConfig(num_warps=8, num_stages=_STAGES[kernel], programs_per_sm=0,
+                            accepted_spill_bytes=LARGE_BLOCK_SPILLS.get(
+                                (kernel, rotary, head_dim), 0))
     if fast:
         return FAST_CONFIGS.get((kernel, rotary, head_dim), default)
     if dtype not in _SPLIT_DTYPES:
@@ -373,7 +394,7 @@ def launch_fwd(q: Tensor, k: Tensor, v: Tensor, table: TileTable, sinu_pos: Tens
     """The portable forward kernel; `chunks` overrides the config's (A/B runs, tests); `fast`
     runs the fast precision mode (tile_math._flags)."""
     _, H, D = q.shape
-    cfg = launch_config("fwd", sinu_pos is not None, D, q.dtype, fast)
+    cfg = launch_config("fwd", sinu_pos is not None, D, q.dtype, fast, block_rows(block_size))
     n_tiles = table.n_slots * H
     grid = _grid_size(n_tiles, q.device, cfg)
     if grid == 0:
@@ -400,7 +421,7 @@ def launch_bwd(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor, table: TileTab
     runs the fast precision mode (tile_math._flags: not centred, whatever `centred` says)."""
     _, H, D = q.shape
     dq, dk, dv = grads
-    cfg = launch_config("bwd", sinu_pos is not None, D, q.dtype, fast)
+    cfg = launch_config("bwd", sinu_pos is not None, D, q.dtype, fast, block_rows(block_size))
     if chunks is None:
         # The configs' column chunks were built and measured for 64-row tiles. At 128 rows the
         # chunked fp16 rotate_v backward wrote NaN over all of dQ and dK on an H200 (triton 3.6;

@@ -73,6 +73,7 @@ TMA_OPCODE = "cp.async.bulk.tensor"
 TARGETS = {"sm_90": 90, "sm_100": 100}
 MMA_OPCODE = {90: "wgmma.mma_async", 100: "tcgen05.mma"}
 BLOCK_SIZE = 64
+LARGE_BLOCK = 128  # a declared block size whose tiles are twice as tall (its own launch config)
 N_HEADS = 4
 # Shared memory one CTA may use (opt-in maximum), and per SM, on H100/H200 and B200: 227 KiB.
 MAX_SMEM_PER_CTA = 232448
@@ -94,11 +95,13 @@ class Variant:
     head_dim: int
     rotary: str  # one of ROTARY_MODES
     path: str = "portable"  # one of PATHS
+    block_size: int = BLOCK_SIZE  # the portable kernels also build 128-row tiles (LARGE_BLOCK)
 
     @property
     def name(self) -> str:
         suffix = "" if self.path == "portable" else f"-{self.path}"
-        return f"{self.kernel}-{self.dtype}-d{self.head_dim}-{self.rotary}{suffix}"
+        bs = "" if self.block_size == BLOCK_SIZE else f"-bs{self.block_size}"
+        return f"{self.kernel}-{self.dtype}-d{self.head_dim}-{self.rotary}{suffix}{bs}"
 
 
 @dataclass
@@ -140,6 +143,12 @@ def all_variants() -> list[Variant]:
         # the Gluon forward is the fused-rotary one only (attention_gluon_rotary_fwd)
         and not (p.startswith("gluon") and k == "fwd" and (p == "gluon2" or r == "off"))
         and not (p in ("gluon2", "gluon-lean") and (r != "off" or k == "fwd"))  # plain bwd only
+    ] + [
+        Variant(k, dt, d, r, "portable", LARGE_BLOCK)  # 16-bit: fp32 takes the default config
+        for k in KERNELS
+        for dt in ("bf16", "fp16")
+        for d in HEAD_DIMS
+        for r in ROTARY_MODES
     ]
 
 
@@ -265,14 +274,15 @@ def _compile_one(variant: Variant, target: str, overrides: dict[str, Any] | None
     q = torch.empty(0, dtype=dtype, device="meta")
     sinu = None if variant.rotary == "off" else torch.empty(0, device="meta")  # fp32 table
     flags = A._flags(q, sinu, rotate_v=variant.rotary == "rot")
-    block = A.block_rows(BLOCK_SIZE)
+    block = A.block_rows(variant.block_size)
     constexprs: dict[str, Any] = dict(H=N_HEADS, HEAD_DIM=variant.head_dim, BLOCK=block, **flags)
     if hopper:
         hcfg = AH.hopper_config(variant.kernel, variant.rotary != "off", variant.head_dim)
         cfg = A.LaunchConfig(hcfg.num_warps, hcfg.num_stages, hcfg.programs_per_sm, hcfg.maxnreg)
         constexprs["WARP_SPECIALIZE"] = hcfg.warp_specialize
     else:
-        cfg = A.launch_config(variant.kernel, variant.rotary != "off", variant.head_dim, dtype)
+        cfg = A.launch_config(variant.kernel, variant.rotary != "off", variant.head_dim, dtype,
+                              block=block)
         constexprs["PERSISTENT"] = cfg.programs_per_sm > 0  # what a launch at shape P builds
         constexprs["CHUNKS"] = cfg.chunks  # column chunks of the fused rotary 16-bit kernels
         constexprs.update(A.placement_flags(variant.kernel, variant.head_dim, dtype,

@@ -34,7 +34,8 @@ def test_variant_matrix_is_complete() -> None:
     assert len(names) == len(set(names)) == (2 * 3 * 2 * 3 + 2 * 2 * 2 * 3 + 2 * 2 * 2
                                              + 2 * 2 * 2 * 2
                                              + 2 * 2 * 2 + 2 * 2 * 3  # gfast: fast mode
-                                             + 2 * 2)  # gluon-lean: the one-stage plain bwd
+                                             + 2 * 2  # gluon-lean: the one-stage plain bwd
+                                             + 2 * 2 * 2 * 3)  # portable 16-bit, 128-row tiles
     assert "fwd-bf16-d128-rot-gfast" in names and "fwd-bf16-d128-off-gfast" not in names
     assert "fwd-bf16-d128-rot-gluon" in names and "fwd-bf16-d128-rot-gluon2" not in names
     assert "bwd-fp32-d64-rot-qk" in names
@@ -43,6 +44,7 @@ def test_variant_matrix_is_complete() -> None:
     assert "bwd-bf16-d64-rot-gluon" in names and "bwd-bf16-d64-rot-gluon2" not in names
     assert "bwd-bf16-d128-off-gluon2" in names and "bwd-bf16-d128-rot-qk-gluon" in names
     assert "bwd-bf16-d64-off-gluon-lean" in names and "bwd-bf16-d64-rot-gluon-lean" not in names
+    assert "fwd-bf16-d64-rot-bs128" in names and "fwd-fp32-d64-rot-bs128" not in names
 
 
 def test_hopper_variants_build_with_tma_on_sm90_only() -> None:
@@ -147,13 +149,37 @@ def test_placed_d64_rotary_variants_spill_free() -> None:
     assert not A.placement_flags("fwd", 128, torch.bfloat16, True, False)["PACKED"]
 
 
+def test_128_row_tiles_take_their_own_config_and_spill_within_it() -> None:
+    """A 128-row tile (block_size 128) holds twice the scores per thread: the 64-row configs'
+    register caps made 22 of 24 sm_90 builds spill 1.3-13 KB a thread. Its config is 8 warps,
+    no cap, the whole tile; the rotary D = 64 forward (the build compute-sanitizer flagged at its
+    cap) spills 0 B on both targets."""
+    from blockattn.kernels import attention as A
+
+    for kernel in ("fwd", "bwd"):
+        for rotary in (False, True):
+            for d in (64, 128):
+                for dt in (torch.bfloat16, torch.float16):
+                    cfg = A.launch_config(kernel, rotary, d, dt, block=128)
+                    assert (cfg.num_warps, cfg.maxnreg, cfg.chunks) == (8, None, 1), cfg
+                    assert A.launch_config(kernel, rotary, d, dt, block=64) != cfg
+    assert A.launch_config("fwd", True, 64, torch.float32, block=128).num_warps == 4  # fp32
+    results = cc.run_check(cc.select_variants("fwd-bf16-d64-rot-bs128"), jobs=2)
+    assert len(results) == 2
+    for r in results:
+        assert r.error is None and r.num_warps == 8, r
+        assert (r.spill_stores, r.spill_loads, r.accepted_spill_bytes) == (0, 0, 0), r
+        assert r.ok, f"{r.variant} {r.target}: {r.failures}"
+
+
 @pytest.mark.slow
 def test_full_matrix_passes() -> None:
     results = cc.run_check(cc.all_variants(), jobs=os.cpu_count())
     # portable: fp32's 12 variants are not built for sm_100; Hopper path: 24 variants, sm_90 only;
     # Gluon path: 4 plain variants per kernel (one chain, two chains, one stage) and 8
-    # fused-rotary one-chain ones per kernel (bwd, fwd); the fast mode's 20; all sm_90 only
-    assert len(results) == 72 - 12 + 24 + 3 * 4 + 2 * 8 + 20
+    # fused-rotary one-chain ones per kernel (bwd, fwd); the fast mode's 20; all sm_90 only;
+    # the portable 16-bit kernels at 128-row tiles: 24 variants on both targets
+    assert len(results) == 72 - 12 + 24 + 3 * 4 + 2 * 8 + 20 + 48
     bad = [f"{r.variant} {r.target}: {r.error or '; '.join(r.failures)}" for r in results
            if not r.ok]
     assert not bad, "\n".join(bad)
