@@ -63,37 +63,26 @@ ENV_KEYS = ("BLOCKATTN_KERNEL_PATH", "BLOCKATTN_GLUON_CHAINS")
 
 def sweep() -> list[dict]:
     """16-bit variants under each forced kernel, and the fast precision mode."""
-    out = []
-    for dtype in (torch.bfloat16, torch.float16):
-        for D in (64, 128):
-            for name, env in KERNELS.items():
-                for rotary in (False, True):
-                    out.append(
-                        dict(
-                            dtype=dtype,
-                            D=D,
-                            rotary=rotary,
-                            rotate_v=True,
-                            bs=64,
-                            env=env,
-                            kernel=name,
-                        )
-                    )
-            for env, name in ((GLUON, "fast gluon"), (KERNELS["portable"], "fast portable")):
-                for rotary in (False, True):
-                    out.append(
-                        dict(
-                            dtype=dtype,
-                            D=D,
-                            rotary=rotary,
-                            rotate_v=True,
-                            bs=64,
-                            env=env,
-                            kernel=name,
-                            precision="fast",
-                        )
-                    )
-    return out
+    kernels = [(name, env, "accurate") for name, env in KERNELS.items()] + [
+        ("fast gluon", GLUON, "fast"),
+        ("fast portable", KERNELS["portable"], "fast"),
+    ]
+    return [
+        dict(
+            dtype=dtype,
+            D=D,
+            rotary=rotary,
+            rotate_v=True,
+            bs=64,
+            env=env,
+            kernel=name,
+            precision=precision,
+        )
+        for dtype in (torch.bfloat16, torch.float16)
+        for D in (64, 128)
+        for name, env, precision in kernels
+        for rotary in (False, True)
+    ]
 
 
 def variants() -> list[dict]:
