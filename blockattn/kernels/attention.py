@@ -303,6 +303,8 @@ def launch_config(kernel: str, rotary: bool, head_dim: int,
         # rotary D = 64 forward 5,056 B at its 128-register cap); 8 warps (a warpgroup per 64
         # rows), no cap, the whole tile: 0 B at D = 64 and the plain D = 128 forward, the rest
         # within LARGE_BLOCK_SPILLS (compile-check's "-bs128" variants, results/cpu_2026-11-28h).
+        # Whole tile: at 128 rows the chunked fp16 rotate_v backward wrote NaN over all of dQ
+        # and dK on an H200 (triton 3.6; the interpreter was right; results/h200_2026-11-26f).
         return LaunchConfig(num_warps=8, num_stages=_STAGES[kernel], programs_per_sm=0,
                             accepted_spill_bytes=LARGE_BLOCK_SPILLS.get(
                                 (kernel, rotary, head_dim), 0))
@@ -423,11 +425,7 @@ def launch_bwd(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor, table: TileTab
     dq, dk, dv = grads
     cfg = launch_config("bwd", sinu_pos is not None, D, q.dtype, fast, block_rows(block_size))
     if chunks is None:
-        # The configs' column chunks were built and measured for 64-row tiles. At 128 rows the
-        # chunked fp16 rotate_v backward wrote NaN over all of dQ and dK on an H200 (triton 3.6;
-        # the interpreter was right) and the whole tile did not (results/h200_2026-11-26f):
-        # larger blocks take the whole tile.
-        chunks = cfg.chunks if block_rows(block_size) <= 64 else 1
+        chunks = cfg.chunks
     n_tiles = table.n_slots * H
     grid = _grid_size(n_tiles, q.device, cfg)
     if grid == 0:
