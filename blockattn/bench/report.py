@@ -75,6 +75,9 @@ class State:
     status: str = "running"
     elapsed_s: float = 0.0
     plots: list[str] | str = field(default_factory=list)
+    # What the kernel did beyond its calls, found when its worker ended (processes it left,
+    # the judge's files it changed): each a failure of the run (blockattn.run.isolated)
+    isolation: list[str] = field(default_factory=list)
 
     def add(self, row: dict[str, Any]) -> None:
         self.rows.append({"gpu_kind": self.meta.get("gpu_kind"), **row})
@@ -102,6 +105,7 @@ class State:
             "errors": self.errors,
             "provider_seconds": self.provider_seconds,
             "plots": self.plots,
+            "isolation": self.isolation,
         }
 
     def write(self, final: bool = False) -> None:
@@ -283,6 +287,7 @@ def summary_markdown(data: dict[str, Any]) -> str:
             f"read+written in {ceil['ms']:.3f} ms)."
         )
     lines += _read_mostly_lines(data)
+    lines += [f"**FAIL: {line}**" for line in data.get("isolation") or ()]
     bad = [c for c in data["checks"] if c.get("check") != "pass"]
     for c in bad:
         lines.append(

@@ -34,6 +34,7 @@ from blockattn.bench.entries import entry
 from blockattn.bench.measure import top_kernels
 from blockattn.providers import Unsupported
 from blockattn.providers.fa2 import flash_info
+from blockattn.run import isolated
 
 PASSES = ("fwd", "bwd", "fwdbwd")
 CORE = ("blockattn", "blockattn_rotary", "fa2", "fa2_rotary_eager", "fa2_rotary_compiled", "fa4")
@@ -492,6 +493,9 @@ def run_benchmark(config: BenchConfig | dict[str, Any] | None = None) -> dict[st
         if old is not None:
             signal.signal(signal.SIGTERM, old)
         state.elapsed_s = b.elapsed
+        # the kernel's worker ends before the last write, so what the kernel did beyond its
+        # calls is in bench.json and the summary, not only on stderr
+        state.isolation = isolated.end_worker()
         state.write(final=True)
     return state.to_json()
 

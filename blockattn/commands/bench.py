@@ -157,6 +157,8 @@ def main(args: argparse.Namespace) -> int:
     plots = ", ".join(plots) if isinstance(plots, list) else plots
     print(f"wrote {args.out}/: bench.json, bench.csv; plots: {plots or 'none'}")
     print(summary_markdown(data))  # last thing printed
+    for line in data.get("isolation") or ():  # also in bench.json and the summary above
+        print(f"blockattn bench: FAIL: {line}", file=sys.stderr)
     ours = [c for c in data["checks"]
             if c["provider"].startswith("blockattn") or c["provider"] in outside]  # fmt: skip
-    return 1 if any(c.get("check") != "pass" for c in ours) else 0
+    return 1 if data.get("isolation") or any(c.get("check") != "pass" for c in ours) else 0

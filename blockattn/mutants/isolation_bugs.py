@@ -166,6 +166,14 @@ ISOLATION: tuple[Mutant, ...] = (
         tests=("tests/redteam/test_judge_files.py",),
     ),
     Mutant(
+        "isolation-bench-report-omits-what-the-kernel-did", "isolation", "bench/runner.py",
+        "        state.isolation = isolated.end_worker()\n",
+        "",
+        "bench's report (bench.json, its summary) says nothing of a kernel that wrote the "
+        "judge's files: only the exit code and stderr do, from the command line's own check",
+        tests=("tests/redteam/test_judge_files.py::test_bench_says_it_in_its_report_too",),
+    ),
+    Mutant(
         "isolation-judge-imported-lazily", "isolation", "run/isolated.py",
         "        judge_files.import_judge()\n",
         "",

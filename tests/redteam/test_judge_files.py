@@ -147,3 +147,23 @@ def test_every_command_that_hosts_a_kernel_fails_on_it(tmp_path: Path) -> None:
     assert r.returncode == 1, r.stdout[-2000:] + r.stderr[-2000:]
     assert f"blockattn contract: FAIL: {LINE}" in r.stderr, r.stderr[-2000:]
     assert "blockattn/judge/verdict.py (changed)" in r.stderr
+
+
+def test_bench_says_it_in_its_report_too(tmp_path: Path) -> None:
+    """`bench` writes a report (bench.json, the summary it prints): the kernel's change to the
+    judge's files is in both, not only in its exit code and on stderr."""
+    import json
+
+    _, env = _judge_copy(tmp_path)
+    out = tmp_path / "b"
+    r = subprocess.run([sys.executable, "-m", "blockattn", "bench", "--smoke", "--provider",
+                        "r=adversaries:rewrite_judge", "--providers", "blockattn", "--cases",
+                        "len_32", "--no-sweeps", "--no-extras", "--no-projection", "--out",
+                        str(out)], cwd=HERE, env=env, capture_output=True, text=True,
+                       timeout=600)  # fmt: skip
+    log = r.stdout[-2000:] + r.stderr[-2000:]
+    assert r.returncode == 1, log
+    assert f"blockattn bench: FAIL: {LINE}" in r.stderr, log
+    isolation = json.loads((out / "bench.json").read_text())["isolation"]
+    assert any(LINE in x and "blockattn/judge/verdict.py (changed)" in x for x in isolation), log
+    assert f"**FAIL: {LINE}" in r.stdout, log
