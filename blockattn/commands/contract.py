@@ -115,7 +115,18 @@ def main(args: argparse.Namespace) -> int:
     isolate([name])
     tol = load_tolerances(args, device)
     checks, md, _ = run_for(name, tol, device, str(tol.path), args.repeats, args.only)
+    # The worker ends before the report is written: what the kernel did beyond its calls (the
+    # judge's files changed, processes left running) is a failing check in it, not only stderr
+    from blockattn.judge.contract import Check
+    from blockattn.run import isolated
+
+    late = [Check("isolation", "the kernel's worker, ended", "FAIL", line)
+            for line in isolated.end_worker()]  # fmt: skip
+    checks = [*checks, *late]
+    md = "\n".join([md, *(f"**FAIL: {c.detail}**" for c in late)])
     print(md)
+    for c in late:  # as the command line says it for the commands that end without a report
+        print(f"blockattn contract: FAIL: {c.detail}", file=sys.stderr)
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "contract.json").write_text(

@@ -174,6 +174,15 @@ ISOLATION: tuple[Mutant, ...] = (
         tests=("tests/redteam/test_judge_files.py::test_bench_says_it_in_its_report_too",),
     ),
     Mutant(
+        "isolation-contract-report-omits-what-the-kernel-did", "isolation",
+        "commands/contract.py",
+        "            for line in isolated.end_worker()]  # fmt: skip",
+        "            for line in []]  # fmt: skip",
+        "contract's report (contract.json, contract.md) says nothing of a kernel that wrote the "
+        "judge's files: only the exit code and stderr do, from the command line's own check",
+        tests=("tests/redteam/test_judge_files.py::test_every_command_that_hosts_a_kernel_fails_on_it",),
+    ),
+    Mutant(
         "isolation-judge-imported-lazily", "isolation", "run/isolated.py",
         "        judge_files.import_judge()\n",
         "",

@@ -147,6 +147,13 @@ def test_every_command_that_hosts_a_kernel_fails_on_it(tmp_path: Path) -> None:
     assert r.returncode == 1, r.stdout[-2000:] + r.stderr[-2000:]
     assert f"blockattn contract: FAIL: {LINE}" in r.stderr, r.stderr[-2000:]
     assert "blockattn/judge/verdict.py (changed)" in r.stderr
+    # and in its report: a failing check of its own in contract.json and contract.md
+    import json
+
+    rows = json.loads((tmp_path / "c" / "contract.json").read_text())
+    assert any(x["property"] == "isolation" and x["status"] == "FAIL" and LINE in x["detail"]
+               for x in rows), rows[-3:]  # fmt: skip
+    assert f"**FAIL: {LINE}" in (tmp_path / "c" / "contract.md").read_text()
 
 
 def test_bench_says_it_in_its_report_too(tmp_path: Path) -> None:
