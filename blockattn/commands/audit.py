@@ -143,6 +143,7 @@ def _versions() -> dict[str, Any]:
     import triton
 
     from blockattn.run.execute import device_info, git_commit
+    from blockattn.run.isolated import NOT_ISOLATED
 
     info = device_info()
     return {
@@ -152,6 +153,9 @@ def _versions() -> dict[str, Any]:
         "triton": triton.__version__,
         "python": platform.python_version(),
         "commit": git_commit(),
+        # The audit calls the kernels it measures in this process, beside its verdicts: unlike
+        # run, gate, contract and bench it has no worker yet (docs/known-limits.md)
+        "isolation": f"{NOT_ISOLATED}: the audited kernels run in the audit's own process",
     }
 
 
@@ -546,6 +550,9 @@ def _markdown(rows: list[dict[str, Any]], ver: dict[str, Any]) -> str:
         f"Measured on {ver['device']} ({ver['gpu']}, {ver['arch']}), commit {ver['commit']}, "
         f"torch {ver['torch']} (CUDA {ver['cuda']}), triton {ver['triton']}, Python "
         f"{ver['python']}. Each claim is measured on the kernel it names, and only there.",
+        "",
+        f"**{ver['isolation']}**: a kernel that patches the judge or writes its files is not "
+        "caught here; `blockattn gate` and `contract` judge a kernel from a worker.",
         "",
         "| claim | kernel | verdict | decides | threshold | min | median | max | FP32 ref "
         "| seeds |",

@@ -218,6 +218,12 @@ def test_claim_about_an_outside_provider_runs_on_it(tmp_path: Path, device: str,
     assert audit_outside_kernel.CALLS, "the claim was not run on the outside kernel"
     assert r["standing"]["kernel"] == "blockattn" and r["standing"]["status"] == "holds"
     assert "--provider mine=audit_outside_kernel:attn" in r["command"]
+    # the kernel ran in the audit's own process (above): both reports say so
+    out = tmp_path / "out"
+    assert json.loads((out / "audit.json").read_text())["meta"]["isolation"].startswith(
+        "NOT ISOLATED")
+    assert "**NOT ISOLATED: the audited kernels run in the audit's own process**" in (
+        out / "audit.md").read_text()
 
 
 def test_fp32_reference_measure_beside_the_fp64_one(tmp_path: Path, device: str,
