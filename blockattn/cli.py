@@ -68,8 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _after_the_kernel(args: argparse.Namespace, rc: int) -> int:
     """Every command that hosted a kernel ends its worker here and fails (exit 1) when the
-    kernel left processes behind or wrote the judge's files: `run` and `gate` have put that in
-    their verdicts already; `contract`, `audit`, `bench` and `replay` say it here."""
+    kernel left processes behind or wrote the judge's files: `run`, `gate`, `contract` and
+    `bench` have put that in their reports already; `replay` says it here. (`audit` hosts no
+    worker: its kernels run in its own process, and its reports say NOT ISOLATED.)"""
     from blockattn.run import isolated
 
     late = isolated.end_worker()

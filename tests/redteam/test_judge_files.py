@@ -137,8 +137,8 @@ def test_a_runs_baseline_and_tolerance_files_are_watched(tmp_path: Path) -> None
 
 
 def test_every_command_that_hosts_a_kernel_fails_on_it(tmp_path: Path) -> None:
-    """`contract` (like `audit`, `bench`, `replay`) writes no gate verdict: the command line
-    ends the worker after it and exits 1 naming the change."""
+    """`contract` (like `bench`, `replay`) writes no gate verdict: it exits 1 naming the change,
+    on stderr and in its own report."""
     _, env = _judge_copy(tmp_path)
     r = subprocess.run([sys.executable, "-m", "blockattn", "contract", "--provider",
                         "r=adversaries:rewrite_judge", "--only", "determinism",
