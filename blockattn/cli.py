@@ -71,12 +71,12 @@ def _after_the_kernel(args: argparse.Namespace, rc: int) -> int:
     kernel left processes behind or wrote the judge's files: `run`, `gate`, `contract` and
     `bench` have put that in their reports already; `replay` says it here. (`audit` hosts no
     worker: its kernels run in its own process, and its reports say NOT ISOLATED.)"""
+    from blockattn.commands._options import say_isolation_failures
     from blockattn.run import isolated
 
     late = isolated.end_worker()
     if late and rc == 0:
-        for line in late:
-            print(f"blockattn {args.command}: FAIL: {line}", file=sys.stderr)
+        say_isolation_failures(args.command, late)
         return 1
     return rc
 

@@ -210,3 +210,10 @@ def isolate(names: list[str]) -> None:
     sb = isolated.active()
     if sb is not None:
         sb.isolate(list(names))
+
+
+def say_isolation_failures(command: str, lines: list[str]) -> None:
+    """What a kernel did beyond its calls (blockattn.run.isolated.end_worker), on stderr: one
+    `blockattn COMMAND: FAIL: ...` line each, as every command that hosted a kernel says it."""
+    for line in lines:
+        print(f"blockattn {command}: FAIL: {line}", file=sys.stderr)

@@ -116,7 +116,7 @@ def main(args: argparse.Namespace) -> int:
     from blockattn.bench import BenchConfig, run_benchmark
     from blockattn.bench.entries import add_outside, entries
     from blockattn.bench.report import summary_markdown
-    from blockattn.commands._options import isolate, load_provider_specs
+    from blockattn.commands._options import isolate, load_provider_specs, say_isolation_failures
 
     outside: tuple[str, ...] = ()
     loaded = load_provider_specs(args.provider)
@@ -157,8 +157,7 @@ def main(args: argparse.Namespace) -> int:
     plots = ", ".join(plots) if isinstance(plots, list) else plots
     print(f"wrote {args.out}/: bench.json, bench.csv; plots: {plots or 'none'}")
     print(summary_markdown(data))  # last thing printed
-    for line in data.get("isolation") or ():  # also in bench.json and the summary above
-        print(f"blockattn bench: FAIL: {line}", file=sys.stderr)
+    say_isolation_failures("bench", data.get("isolation") or [])  # also in bench.json, above
     ours = [c for c in data["checks"]
             if c["provider"].startswith("blockattn") or c["provider"] in outside]  # fmt: skip
     return 1 if data.get("isolation") or any(c.get("check") != "pass" for c in ours) else 0

@@ -107,7 +107,7 @@ def main(args: argparse.Namespace) -> int:
     from blockattn.run import session
 
     device = session.setup_device()
-    from blockattn.commands._options import isolate, load_provider_specs
+    from blockattn.commands._options import isolate, load_provider_specs, say_isolation_failures
 
     outside = load_provider_specs(args.provider)
     name = args.under_test or (outside[0] if outside else "blockattn")
@@ -125,8 +125,7 @@ def main(args: argparse.Namespace) -> int:
     checks = [*checks, *late]
     md = "\n".join([md, *(f"**FAIL: {c.detail}**" for c in late)])
     print(md)
-    for c in late:  # as the command line says it for the commands that end without a report
-        print(f"blockattn contract: FAIL: {c.detail}", file=sys.stderr)
+    say_isolation_failures("contract", [c.detail for c in late])  # also in its report
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "contract.json").write_text(
